@@ -1,0 +1,68 @@
+"""Float64 reference formulas for the tests, written token by token from the papers (not from verl_ext).
+
+Loaded by the test modules with ``importlib`` from this file's path (``tests`` must not be a package:
+verl installs a top-level ``tests`` package of its own).
+"""
+
+from __future__ import annotations
+
+import math
+import types
+
+import torch
+
+
+def actor_config(policy_loss, eps_low=0.2, eps_high=0.28, clip_ratio_c=3.0):
+    """A minimal stand-in for verl's ActorConfig: the attributes the losses read."""
+    return types.SimpleNamespace(
+        clip_ratio=eps_low,
+        clip_ratio_low=eps_low,
+        clip_ratio_high=eps_high,
+        clip_ratio_c=clip_ratio_c,
+        policy_loss=policy_loss,
+        global_batch_info={},
+    )
+
+
+def batch(B=6, T=10, seed=0, spread=0.3, valid=0.8):
+    """Random float64 loss inputs; every row has at least one valid token and a non-zero advantage."""
+    g = torch.Generator().manual_seed(seed)
+    old = -torch.rand(B, T, generator=g, dtype=torch.float64) * 3 - 0.05
+    lp = old + spread * torch.randn(B, T, generator=g, dtype=torch.float64)
+    adv = torch.randn(B, 1, generator=g, dtype=torch.float64).expand(B, T).clone()
+    adv[adv.abs() < 0.05] = 0.5
+    mask = torch.rand(B, T, generator=g) < valid
+    mask[:, 0] = True
+    return old, lp, adv, mask
+
+
+def valid_tokens(mask):
+    return [(i, j) for i in range(mask.shape[0]) for j in range(mask.shape[1]) if bool(mask[i, j])]
+
+
+def covariances(adv, lp, mask):
+    """cov_i = (A_i - mean A)(lp_i - mean lp), means over valid tokens, as a dict {(i, j): cov}."""
+    toks = valid_tokens(mask)
+    mean_a = sum(float(adv[t]) for t in toks) / len(toks)
+    mean_lp = sum(float(lp[t]) for t in toks) / len(toks)
+    return {t: (float(adv[t]) - mean_a) * (float(lp[t]) - mean_lp) for t in toks}
+
+
+def budget(ratio, n):
+    return max(1, int(math.floor(ratio * n)))
+
+
+def ppo_token(lp, old, a, eps_low, eps_high):
+    """max(-A r, -A clip(r, 1-eps_low, 1+eps_high)) for one token (differentiable in lp)."""
+    r = torch.exp(lp - old)
+    return torch.maximum(-a * r, -a * torch.clamp(r, 1 - eps_low, 1 + eps_high))
+
+
+def is_ppo_clipped(lp, old, a, eps_low, eps_high):
+    r = math.exp(lp - old)
+    return -a * min(max(r, 1 - eps_low), 1 + eps_high) > -a * r
+
+
+def token_mean(per_token: dict, mask):
+    """Token-mean over valid tokens of a dict {(i, j): scalar tensor}."""
+    return sum(per_token.values()) / int(mask.sum())

@@ -1,0 +1,152 @@
+"""Hyperparameter validation, Hydra groups, packaging and plugin registration."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+import _oracles as O
+from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
+from verl.workers.config import PolicyLossConfig as VerlPolicyLossConfig
+from verl_ext.config import PolicyLossConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+BAD_VALUES = [
+    ("clip_cov_ratio", 0.0, r"\(0, 1\]"),
+    ("clip_cov_ratio", 1.5, r"\(0, 1\]"),
+    ("kl_cov_ratio", -0.1, r"\(0, 1\]"),
+    ("kl_cov_ratio", "lots", "a number"),
+    ("clip_cov_lb", 6.0, "below clip_cov_ub"),
+    ("ppo_kl_coef", -1.0, ">= 0"),
+    ("gppo_beta1", -0.5, ">= 0"),
+    ("gppo_beta2", -0.5, ">= 0"),
+    ("entropy_mask_low", 1.0, "0 <= entropy_mask_low < 1"),
+    ("entropy_mask_low", -0.1, "0 <= entropy_mask_low < 1"),
+    ("entropy_mask_high", 1.0, "entropy_mask_high > 1"),
+    ("cov_scope", "global", r"\['batch', 'micro'\]"),
+    ("cov_seed", -1, "integer >= 0"),
+]
+
+
+@pytest.mark.parametrize("key,value,allowed", BAD_VALUES)
+def test_bad_hyperparameter_rejected_at_config_time(key, value, allowed):
+    with pytest.raises(ValueError, match=rf"actor_rollout_ref\.actor\.policy_loss\.{key}=.*invalid: allowed.*{allowed}"):
+        PolicyLossConfig(**{key: value})
+
+
+@pytest.mark.parametrize("key,value,allowed", [b for b in BAD_VALUES if b[0] in ("clip_cov_ratio", "kl_cov_ratio", "ppo_kl_coef")])
+def test_bad_value_in_plain_verl_config_rejected_by_the_loss(key, value, allowed):
+    """A user of verl's own PolicyLossConfig (no verl_ext group) still gets the named error."""
+    name = "kl_cov" if key != "clip_cov_ratio" else "clip_cov"
+    cfg = O.actor_config(VerlPolicyLossConfig(loss_mode=name, **{key: value}))
+    old, lp, adv, mask = O.batch()
+    with pytest.raises(ValueError, match=rf"policy_loss\.{key}="):
+        POLICY_LOSS_REGISTRY[name](old, lp, adv, mask, "token-mean", cfg, None)
+
+
+def test_bad_actor_clip_values_rejected():
+    old, lp, adv, mask = O.batch()
+    h = torch.ones_like(old)
+    cfg = O.actor_config(PolicyLossConfig(), clip_ratio_c=1.0)
+    with pytest.raises(ValueError, match=r"actor_rollout_ref\.actor\.clip_ratio_c=1.0 is invalid"):
+        POLICY_LOSS_REGISTRY["grpo_erc"](old, lp, adv, mask, "token-mean", cfg, None, entropy=h, old_entropy=h)
+    cfg = O.actor_config(PolicyLossConfig(), eps_low=-0.1)
+    with pytest.raises(ValueError, match=r"clip_ratio_low=-0.1"):
+        POLICY_LOSS_REGISTRY["clip_cov"](old, lp, adv, mask, "token-mean", cfg, None)
+
+
+def test_defaults_keep_verl_names_and_values():
+    ours, verls = PolicyLossConfig(), VerlPolicyLossConfig()
+    for key in ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio", "ppo_kl_coef"):
+        assert getattr(ours, key) == getattr(verls, key), key
+    assert (ours.entropy_mask_low, ours.entropy_mask_high) == (0.8, 1.2)
+    assert (ours.gppo_beta1, ours.gppo_beta2) == (0.75, 1.0)
+    assert isinstance(ours, VerlPolicyLossConfig)
+
+
+def _run(cmd, **kw):
+    env = {k: v for k, v in os.environ.items() if k not in ("VERL_USE_EXTERNAL_MODULES", "PYTHONPATH")}
+    return subprocess.run(cmd, capture_output=True, text=True, cwd="/", env=env, timeout=300, **kw)
+
+
+def test_fresh_import_of_verl_registers_verl_ext_losses():
+    code = (
+        "import verl\n"
+        "from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY as R\n"
+        "print(*[R[n].__module__ for n in ('clip_cov', 'kl_cov', 'grpo_erc', 'gppo_erc')])\n"
+    )
+    out = _run([sys.executable, "-c", code])
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [
+        "verl_ext.losses.clip_cov",
+        "verl_ext.losses.kl_cov",
+        "verl_ext.losses.grpo_erc",
+        "verl_ext.losses.gppo_erc",
+    ]
+
+
+def test_ensure_registered_fails_loudly_when_plugins_are_disabled():
+    code = "import verl, verl_ext.registration as r\nfrom verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY as R\n"
+    code += "import verl.trainer.ppo.core_algos as c\nR['clip_cov'] = lambda *a, **k: None\nr.ensure_registered()\n"
+    out = _run([sys.executable, "-c", code])
+    assert out.returncode != 0
+    assert "verl_ext losses ['clip_cov'] are not registered" in out.stderr
+
+
+@pytest.mark.parametrize("loss", ["clip_cov", "kl_cov", "grpo_erc", "gppo_erc"])
+def test_hydra_group_composes_into_verl_cli(loss):
+    """The documented override syntax for verl's own entry point builds verl_ext's dataclass."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    from verl.utils.config import omega_conf_to_dataclass
+
+    GlobalHydra.instance().clear()
+    with initialize_config_module(config_module="verl.trainer.config", version_base=None):
+        cfg = compose(
+            config_name="ppo_trainer",
+            overrides=[
+                "hydra.searchpath=[pkg://verl_ext.configs]",
+                f"+policy_loss@actor_rollout_ref.actor.policy_loss={loss}",
+                "actor_rollout_ref.actor.policy_loss.entropy_mask_low=0.95",
+            ],
+        )
+    node = cfg.actor_rollout_ref.actor.policy_loss
+    built = omega_conf_to_dataclass(node)
+    assert type(built) is PolicyLossConfig
+    assert built.loss_mode == loss
+    assert built.entropy_mask_low == 0.95
+    expected = {"clip_cov": ("clip_cov_ratio", 0.0002), "kl_cov": ("kl_cov_ratio", 0.002)}
+    if loss in expected:
+        key, value = expected[loss]
+        assert getattr(built, key) == value
+    GlobalHydra.instance().clear()
+
+
+def test_every_yaml_key_has_a_comment():
+    for path in sorted((ROOT / "configs").rglob("*.yaml")):
+        lines = path.read_text().splitlines()
+        for i, line in enumerate(lines):
+            if line and not line.startswith((" ", "#", "-")) and ":" in line:
+                assert i > 0 and lines[i - 1].startswith("#"), f"{path.name}:{i + 1} '{line}' has no comment"
+
+
+@pytest.mark.skipif(not (ROOT / "pyproject.toml").exists(), reason="needs the source tree")
+def test_wheel_ships_configs_and_entry_point(tmp_path):
+    """A plain (non-editable) install must find configs/: they are packaged as verl_ext.configs."""
+    out = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), str(ROOT)])
+    assert out.returncode == 0, out.stdout + out.stderr
+    wheel = next(tmp_path.glob("verl_ext-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    for loss in ("clip_cov", "kl_cov", "grpo_erc", "gppo_erc", "base"):
+        assert f"verl_ext/configs/policy_loss/{loss}.yaml" in names
+    entry_points = next(n for n in names if n.endswith("entry_points.txt"))
+    text = zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "[verl.plugins]" in text and "verl_ext = verl_ext.registration:register" in text

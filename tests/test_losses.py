@@ -1,0 +1,369 @@
+"""The four policy losses against float64 oracles written from the papers' formulas (values and gradients)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import _oracles as O
+from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
+from verl_ext.config import PolicyLossConfig
+
+LOSS_NAMES = ["clip_cov", "kl_cov", "grpo_erc", "gppo_erc"]
+
+
+def run(name, old, lp, adv, mask, cfg, **kw):
+    lp = lp.clone().requires_grad_(True)
+    loss, metrics = POLICY_LOSS_REGISTRY[name](old, lp, adv, mask, "token-mean", cfg, None, **kw)
+    loss.backward()
+    return loss.detach(), lp.grad, metrics
+
+
+def oracle_grad(total_fn, lp):
+    lp = lp.clone().requires_grad_(True)
+    value = total_fn(lp)
+    value.backward()
+    return value.detach(), lp.grad
+
+
+# ----------------------------------------------------------------------------------------- KL-Cov
+@pytest.mark.parametrize("ratio,coef", [(0.1, 1.0), (0.02, 0.5), (0.5, 2.0)])
+def test_kl_cov_matches_oracle(ratio, coef):
+    old, lp, adv, mask = O.batch(seed=1)
+    cfg = O.actor_config(PolicyLossConfig(kl_cov_ratio=ratio, ppo_kl_coef=coef, cov_scope="micro"))
+    covs = O.covariances(adv, lp, mask)
+    k = O.budget(ratio, len(covs))
+    chosen = set(sorted(covs, key=lambda t: -covs[t])[:k])
+
+    def total(lpv):
+        per = {}
+        for t in O.valid_tokens(mask):
+            r = torch.exp(lpv[t] - old[t])
+            per[t] = -adv[t] * r + (coef * torch.abs(lpv[t] - old[t]) if t in chosen else 0.0)
+        return O.token_mean(per, mask)
+
+    want, want_grad = oracle_grad(total, lp)
+    got, got_grad, metrics = run("kl_cov", old, lp, adv, mask, cfg)
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(got_grad, want_grad, rtol=1e-10, atol=1e-12)
+    assert float(metrics["actor/kl_cov/selected_frac"]) == pytest.approx(k / len(covs))
+    assert float(metrics["actor/kl_cov/cov_selected_max"]) == pytest.approx(max(covs.values()))
+    assert float(metrics["actor/kl_cov/cov_selected_mean"]) == pytest.approx(sum(covs[t] for t in chosen) / k)
+
+
+def test_kl_cov_penalty_is_zero_on_policy():
+    """lp == old: the |lp - old| penalty vanishes in value (the documented on-policy caveat)."""
+    old, _, adv, mask = O.batch(seed=2)
+    cfg = O.actor_config(PolicyLossConfig(kl_cov_ratio=0.5, ppo_kl_coef=1.0, cov_scope="micro"))
+    got, _, _ = run("kl_cov", old, old, adv, mask, cfg)
+    want = -(adv * mask).sum() / mask.sum()
+    torch.testing.assert_close(got, want)
+
+
+# ---------------------------------------------------------------------------------------- Clip-Cov
+def _clip_cov_case(seed=3, ratio=0.1, lb=-0.05, ub=0.4, eps=(0.2, 0.2)):
+    old, lp, adv, mask = O.batch(B=8, T=12, seed=seed, spread=0.35)
+    pl = PolicyLossConfig(clip_cov_ratio=ratio, clip_cov_lb=lb, clip_cov_ub=ub, cov_scope="micro", cov_seed=7)
+    return old, lp, adv, mask, O.actor_config(pl, eps_low=eps[0], eps_high=eps[1])
+
+
+def _selected_from_grad(grad, old, lp, adv, mask, eps_low, eps_high):
+    """Tokens with zero gradient although they are valid and not PPO-clipped = the detached tokens."""
+    sel = set()
+    for t in O.valid_tokens(mask):
+        if not O.is_ppo_clipped(float(lp[t]), float(old[t]), float(adv[t]), eps_low, eps_high) and grad[t] == 0:
+            sel.add(t)
+    return sel
+
+
+def test_clip_cov_candidates_budget_and_gradients():
+    old, lp, adv, mask, cfg = _clip_cov_case()
+    eps_low, eps_high = cfg.clip_ratio_low, cfg.clip_ratio_high
+    covs = O.covariances(adv, lp, mask)
+    lb, ub = cfg.policy_loss.clip_cov_lb, cfg.policy_loss.clip_cov_ub
+    candidates = {
+        t
+        for t, c in covs.items()
+        if lb < c < ub and not O.is_ppo_clipped(float(lp[t]), float(old[t]), float(adv[t]), eps_low, eps_high)
+    }
+    k = O.budget(cfg.policy_loss.clip_cov_ratio, len(covs))
+    assert len(candidates) > k, "fixture must have more candidates than the budget"
+
+    got, got_grad, metrics = run("clip_cov", old, lp, adv, mask, cfg)
+    chosen = _selected_from_grad(got_grad, old, lp, adv, mask, eps_low, eps_high)
+    assert len(chosen) == k
+    assert chosen <= candidates
+
+    def total(lpv):
+        per = {}
+        for t in O.valid_tokens(mask):
+            term = O.ppo_token(lpv[t], old[t], adv[t], eps_low, eps_high)
+            per[t] = term.detach() if t in chosen else term
+        return O.token_mean(per, mask)
+
+    want, want_grad = oracle_grad(total, lp)
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(got_grad, want_grad, rtol=1e-10, atol=1e-12)
+    assert float(metrics["actor/clip_cov/selected_frac"]) == pytest.approx(k / len(covs))
+    assert float(metrics["actor/clip_cov/candidate_frac"]) == pytest.approx(len(candidates) / len(covs))
+    assert float(metrics["actor/clip_cov/cov_selected_max"]) == pytest.approx(max(covs[t] for t in chosen))
+
+
+def test_clip_cov_takes_all_candidates_when_fewer_than_budget():
+    old, lp, adv, mask, cfg = _clip_cov_case(ratio=1.0, lb=0.05, ub=0.3)
+    eps_low, eps_high = cfg.clip_ratio_low, cfg.clip_ratio_high
+    covs = O.covariances(adv, lp, mask)
+    candidates = {
+        t
+        for t, c in covs.items()
+        if 0.05 < c < 0.3 and not O.is_ppo_clipped(float(lp[t]), float(old[t]), float(adv[t]), eps_low, eps_high)
+    }
+    _, grad, _ = run("clip_cov", old, lp, adv, mask, cfg)
+    assert _selected_from_grad(grad, old, lp, adv, mask, eps_low, eps_high) == candidates
+
+
+def test_clip_cov_budget_is_at_least_one():
+    old, lp, adv, mask, cfg = _clip_cov_case(ratio=1e-6, lb=-10.0, ub=10.0)
+    _, grad, metrics = run("clip_cov", old, lp, adv, mask, cfg)
+    assert float(metrics["actor/clip_cov/selected_frac"]) * int(mask.sum()) == pytest.approx(1.0)
+
+
+def test_clip_cov_reproducible_and_independent_of_global_rng():
+    old, lp, adv, mask, cfg = _clip_cov_case()
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    _, g1, _ = run("clip_cov", old, lp, adv, mask, cfg)
+    assert torch.equal(torch.get_rng_state(), state), "the loss must not touch the global RNG"
+    torch.manual_seed(999)
+    _, g2, _ = run("clip_cov", old, lp, adv, mask, cfg)
+    assert torch.equal(g1, g2)
+    other = O.actor_config(
+        PolicyLossConfig(**{**cfg.policy_loss.__dict__, "cov_seed": 8, "_target_": ""}),
+        eps_low=cfg.clip_ratio_low,
+        eps_high=cfg.clip_ratio_high,
+    )
+    _, g3, _ = run("clip_cov", old, lp, adv, mask, other)
+    assert not torch.equal(g1, g3), "another seed should draw other tokens"
+
+
+def test_clip_cov_draw_is_roughly_uniform():
+    """Each candidate is drawn with probability k/|C|: check the empirical frequency over many seeds."""
+    old, lp, adv, mask = O.batch(B=4, T=8, seed=5, spread=0.01)
+    counts = torch.zeros_like(old)
+    draws = 400
+    for seed in range(draws):
+        pl = PolicyLossConfig(clip_cov_ratio=0.25, clip_cov_lb=-100, clip_cov_ub=100, cov_scope="micro", cov_seed=seed)
+        _, grad, _ = run("clip_cov", old, lp, adv, mask, O.actor_config(pl))
+        counts += ((grad == 0) & mask).to(counts.dtype)
+    n = int(mask.sum())
+    p = O.budget(0.25, n) / n
+    freq = counts[mask] / draws
+    sd = math.sqrt(p * (1 - p) / draws)
+    assert (freq - p).abs().max() < 5 * sd
+
+
+# ------------------------------------------------------------------------------------------- ERC
+def _erc_case(seed=4, low=0.9, high=1.1):
+    old, lp, adv, mask = O.batch(B=6, T=10, seed=seed, spread=0.5)
+    g = torch.Generator().manual_seed(seed + 100)
+    old_h = torch.rand(old.shape, generator=g, dtype=torch.float64) + 0.1
+    h = old_h * (1 + 0.2 * torch.randn(old.shape, generator=g, dtype=torch.float64))
+    h = h.clamp(min=0.0)
+    return old, lp, adv, mask, h, old_h, low, high
+
+
+def _keep(h, old_h, t, low, high):
+    rho = (float(h[t]) + 1e-8) / (float(old_h[t]) + 1e-8)
+    return low < rho < high
+
+
+@pytest.mark.parametrize("with_weights", [False, True])
+def test_grpo_erc_matches_oracle(with_weights):
+    old, lp, adv, mask, h, old_h, low, high = _erc_case()
+    eps_low, eps_high, c = 0.2, 0.28, 3.0
+    pl = PolicyLossConfig(entropy_mask_low=low, entropy_mask_high=high)
+    cfg = O.actor_config(pl, eps_low, eps_high, c)
+    w = torch.rand(old.shape, generator=torch.Generator().manual_seed(9), dtype=torch.float64) + 0.5
+    weights = w if with_weights else None
+
+    def total(lpv):
+        per = {}
+        for t in O.valid_tokens(mask):
+            term = O.ppo_token(lpv[t], old[t], adv[t], eps_low, eps_high)
+            if adv[t] < 0:
+                term = torch.minimum(term, -adv[t] * c)
+            if with_weights:
+                term = term * w[t]
+            per[t] = term if _keep(h, old_h, t, low, high) else term.detach()
+        return O.token_mean(per, mask)
+
+    want, want_grad = oracle_grad(total, lp)
+    lp_ = lp.clone().requires_grad_(True)
+    got, metrics = POLICY_LOSS_REGISTRY["grpo_erc"](
+        old, lp_, adv, mask, "token-mean", cfg, weights, entropy=h, old_entropy=old_h
+    )
+    got.backward()
+    torch.testing.assert_close(got.detach(), want, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(lp_.grad, want_grad, rtol=1e-10, atol=1e-12)
+    toks = O.valid_tokens(mask)
+    kept = sum(_keep(h, old_h, t, low, high) for t in toks) / len(toks)
+    assert 0.2 < kept < 0.9, "fixture must mask some tokens and keep some"
+    assert float(metrics["actor/erc/kept_frac"]) == pytest.approx(kept)
+
+
+def test_grpo_erc_dual_clip_caps_negative_advantages():
+    """A < 0 with a huge ratio: the loss is -A*c and carries no gradient (dual clip)."""
+    old = torch.zeros(1, 2, dtype=torch.float64)
+    lp = torch.tensor([[3.0, 0.0]], dtype=torch.float64)  # r = e^3 > c = 3
+    adv = torch.full((1, 2), -1.0, dtype=torch.float64)
+    mask = torch.ones(1, 2, dtype=torch.bool)
+    h = torch.ones(1, 2, dtype=torch.float64)
+    cfg = O.actor_config(PolicyLossConfig(), 0.2, 0.28, 3.0)
+    got, grad, metrics = run("grpo_erc", old, lp, adv, mask, cfg, entropy=h, old_entropy=h)
+    assert float(got) == pytest.approx((3.0 + 1.0) / 2)
+    assert grad[0, 0] == 0 and grad[0, 1] == pytest.approx(0.5)
+    assert float(metrics["actor/pg_clipfrac_lower"]) == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("beta1,beta2", [(0.75, 1.0), (1.0, 1.0), (0.0, 0.5)])
+def test_gppo_erc_matches_analytic_gradient(beta1, beta2):
+    """Value and gradient per token from CE-GPPO's formula, derived by hand (d r / d lp = r)."""
+    old, lp, adv, mask, h, old_h, low, high = _erc_case(seed=6)
+    eps_low, eps_high = 0.2, 0.28
+    cfg = O.actor_config(
+        PolicyLossConfig(entropy_mask_low=low, entropy_mask_high=high, gppo_beta1=beta1, gppo_beta2=beta2),
+        eps_low,
+        eps_high,
+    )
+    n = int(mask.sum())
+    want = 0.0
+    want_grad = torch.zeros_like(lp)
+    n_clipped = 0
+    for t in O.valid_tokens(mask):
+        a, r = float(adv[t]), math.exp(float(lp[t]) - float(old[t]))
+        if a < 0 and r < 1 - eps_low:
+            value, grad = -beta1 * (1 - eps_low) * a, -beta1 * (1 - eps_low) * a
+            n_clipped += 1
+        elif a > 0 and r > 1 + eps_high:
+            value, grad = -beta2 * (1 + eps_high) * a, -beta2 * (1 + eps_high) * a
+            n_clipped += 1
+        else:
+            value, grad = -a * r, -a * r
+        want += value / n
+        want_grad[t] = grad / n if _keep(h, old_h, t, low, high) else 0.0
+    assert n_clipped >= 3, "fixture must exercise the clipped branches"
+    got, got_grad, _ = run("gppo_erc", old, lp, adv, mask, cfg, entropy=h, old_entropy=old_h)
+    assert float(got) == pytest.approx(want, rel=1e-10)
+    torch.testing.assert_close(got_grad, want_grad, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["grpo_erc", "gppo_erc"])
+@pytest.mark.parametrize("missing", ["entropy", "old_entropy"])
+def test_erc_without_entropy_says_how_to_enable(name, missing):
+    old, lp, adv, mask, h, old_h, *_ = _erc_case()
+    kw = {"entropy": h, "old_entropy": old_h}
+    kw.pop(missing)
+    with pytest.raises(ValueError, match=rf"no {missing}\b.*verl_ext.main_ppo"):
+        POLICY_LOSS_REGISTRY[name](old, lp, adv, mask, "token-mean", O.actor_config(PolicyLossConfig()), None, **kw)
+
+
+# ------------------------------------------------------------------------------- shared behaviour
+def _kwargs(name, like):
+    return {"entropy": torch.ones_like(like), "old_entropy": torch.ones_like(like)} if "erc" in name else {}
+
+
+@pytest.mark.parametrize("name", LOSS_NAMES)
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "token-sum"])
+def test_empty_micro_batch_gives_finite_zero(name, mode):
+    old, lp, adv, _ = O.batch(seed=7)
+    mask = torch.zeros_like(old, dtype=torch.bool)
+    cfg = O.actor_config(PolicyLossConfig(cov_scope="micro"))
+    lp = lp.clone().requires_grad_(True)
+    loss, metrics = POLICY_LOSS_REGISTRY[name](old, lp, adv, mask, mode, cfg, None, **_kwargs(name, old))
+    loss.backward()
+    assert torch.isfinite(loss) and float(loss.detach()) == 0.0
+    assert torch.equal(lp.grad, torch.zeros_like(lp))
+    for key, value in metrics.items():
+        assert torch.isfinite(torch.as_tensor(value)).all(), key
+
+
+@pytest.mark.parametrize("name", LOSS_NAMES)
+def test_uses_verl_agg_loss_with_global_batch_info(name):
+    """With global batch info (as verl's ppo_loss sets it) the loss is normalised by the global token count."""
+    old, lp, adv, mask = O.batch(seed=8)
+    cfg = O.actor_config(PolicyLossConfig(cov_scope="micro"))
+    local, _ = POLICY_LOSS_REGISTRY[name](old, lp, adv, mask, "token-mean", cfg, None, **_kwargs(name, old))
+    cfg.global_batch_info = {"dp_size": 2, "batch_num_tokens": 4 * int(mask.sum()), "global_batch_size": None}
+    scaled, _ = POLICY_LOSS_REGISTRY[name](old, lp, adv, mask, "token-mean", cfg, None, **_kwargs(name, old))
+    torch.testing.assert_close(scaled, local * 2 / 4)
+
+
+@pytest.mark.parametrize("name", LOSS_NAMES)
+def test_metrics_are_tensors_and_ppo_kl_is_mean_log_ratio(name):
+    old, lp, adv, mask = O.batch(seed=9)
+    cfg = O.actor_config(PolicyLossConfig(cov_scope="micro"))
+    _, metrics = POLICY_LOSS_REGISTRY[name](old, lp, adv, mask, "token-mean", cfg, None, **_kwargs(name, old))
+    assert all(isinstance(v, torch.Tensor) and v.dim() == 0 for v in metrics.values())
+    want = sum(float(old[t] - lp[t]) for t in O.valid_tokens(mask)) / int(mask.sum())
+    assert float(metrics["actor/ppo_kl"]) == pytest.approx(want)
+
+
+@pytest.mark.parametrize("name", ["clip_cov", "kl_cov"])
+def test_precomputed_selection_is_applied(name):
+    """cov_selected from the batch scope replaces the in-call selection."""
+    old, lp, adv, mask = O.batch(seed=10)
+    selected = torch.zeros_like(mask)
+    selected[0, 0] = selected[2, 0] = True
+    cfg = O.actor_config(PolicyLossConfig(kl_cov_ratio=0.5, ppo_kl_coef=1.0, clip_cov_ratio=0.5), 0.2, 0.2)
+    _, grad, metrics = run(name, old, lp, adv, mask, cfg, cov_selected=selected)
+    assert float(metrics[f"actor/{name}/selected_frac"]) == pytest.approx(2 / int(mask.sum()))
+    for t in O.valid_tokens(mask):
+        r = math.exp(float(lp[t] - old[t]))
+        base = -float(adv[t]) * r / int(mask.sum())
+        if name == "clip_cov":
+            clipped = O.is_ppo_clipped(float(lp[t]), float(old[t]), float(adv[t]), 0.2, 0.2)
+            want = 0.0 if (bool(selected[t]) or clipped) else base
+        else:
+            sign = math.copysign(1.0, float(lp[t] - old[t]))
+            want = base + (sign / int(mask.sum()) if bool(selected[t]) else 0.0)
+        assert float(grad[t]) == pytest.approx(want, abs=1e-12), t
+
+
+def test_matches_verl_vanilla_when_erc_band_keeps_everything():
+    """grpo_erc with a band that keeps every token equals verl's own dual-clip `vanilla` loss and gradient."""
+    from verl.workers.config import ActorConfig
+
+    old, lp, adv, mask = O.batch(seed=11, spread=0.6)
+    cfg = ActorConfig(
+        strategy="fsdp",
+        ppo_micro_batch_size_per_gpu=1,
+        ppo_mini_batch_size=4,
+        rollout_n=1,
+        clip_ratio_low=0.2,
+        clip_ratio_high=0.28,
+        policy_loss=PolicyLossConfig(loss_mode="grpo_erc", entropy_mask_low=0.0, entropy_mask_high=100.0),
+    )
+    ours = lp.clone().requires_grad_(True)
+    theirs = lp.clone().requires_grad_(True)
+    h = torch.ones_like(old)
+    got, _ = POLICY_LOSS_REGISTRY["grpo_erc"](old, ours, adv, mask, "token-mean", cfg, None, entropy=h, old_entropy=h)
+    want, _ = POLICY_LOSS_REGISTRY["vanilla"](old, theirs, adv, mask, "token-mean", cfg, None)
+    got.backward()
+    want.backward()
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(ours.grad, theirs.grad)
+
+
+@pytest.mark.parametrize("name", LOSS_NAMES)
+def test_traces_without_graph_breaks(name):
+    """Sync-free proxy: the whole loss traces with torch.compile(fullgraph=True) (no .item(), nonzero, ...)."""
+    old, lp, adv, mask = O.batch(seed=12)
+    cfg = O.actor_config(PolicyLossConfig(cov_scope="micro", clip_cov_lb=-5, clip_cov_ub=5, clip_cov_ratio=0.2))
+    fn = POLICY_LOSS_REGISTRY[name]
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, fullgraph=True, backend="eager")
+    got, _ = compiled(old, lp, adv, mask, "token-mean", cfg, None, **_kwargs(name, old))
+    want, _ = fn(old, lp, adv, mask, "token-mean", cfg, None, **_kwargs(name, old))
+    torch.testing.assert_close(got, want)

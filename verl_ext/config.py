@@ -1,0 +1,140 @@
+"""Hyperparameters of verl_ext's policy losses.
+
+:class:`PolicyLossConfig` extends verl's ``verl.workers.config.PolicyLossConfig`` (keeping verl's field
+names and defaults for Clip-Cov / KL-Cov, so existing verl command lines keep working) with the fields of
+Entropy Ratio Clipping, gradient-preserving clipping and covariance selection. Hydra builds it when the
+``policy_loss`` node's ``_target_`` is ``verl_ext.config.PolicyLossConfig`` (see ``configs/policy_loss/``).
+
+Every check lives in :func:`check_policy_loss_params`, which the dataclass runs in ``__post_init__`` and the
+losses run on the values they read (so a plain verl ``PolicyLossConfig`` is validated too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from verl.workers.config import PolicyLossConfig as VerlPolicyLossConfig
+
+KEY_PREFIX = "actor_rollout_ref.actor.policy_loss."
+COV_SCOPES = ("batch", "micro")
+
+
+@dataclass
+class PolicyLossConfig(VerlPolicyLossConfig):
+    """verl's policy-loss config plus verl_ext's keys.
+
+    Inherited (verl's names and defaults): ``loss_mode``, ``clip_cov_ratio`` (0.0002), ``clip_cov_lb`` (1.0),
+    ``clip_cov_ub`` (5.0), ``kl_cov_ratio`` (0.0002), ``ppo_kl_coef`` (0.1), ``dro_beta``,
+    ``rollout_correction``. Ratios are fractions (0.002 = 0.2 % of tokens), as in verl.
+    """
+
+    entropy_mask_low: float = 0.8
+    """ERC: lower bound of the kept entropy-ratio band; tokens with ``H/H_old <= low`` lose their gradient."""
+
+    entropy_mask_high: float = 1.2
+    """ERC: upper bound of the kept entropy-ratio band; tokens with ``H/H_old >= high`` lose their gradient."""
+
+    gppo_beta1: float = 0.75
+    """gppo_erc: gradient scale kept for clipped tokens with ``A < 0`` and ``r < 1 - clip_ratio_low``."""
+
+    gppo_beta2: float = 1.0
+    """gppo_erc: gradient scale kept for clipped tokens with ``A > 0`` and ``r > 1 + clip_ratio_high``."""
+
+    cov_scope: str = "batch"
+    """clip_cov / kl_cov: where tokens are selected. ``batch``: over the whole training batch (the paper's
+    definition; independent of micro-batching and GPU count). ``micro``: inside each loss call, over the
+    micro-batch it is given (the behaviour of the public implementations)."""
+
+    cov_seed: int = 0
+    """clip_cov: seed of the counter-based hash that draws the random tokens (never the global RNG)."""
+
+    def __post_init__(self) -> None:
+        parent = getattr(super(), "__post_init__", None)
+        if parent is not None:
+            parent()
+        check_policy_loss_params({f.name: getattr(self, f.name) for f in fields(self)})
+
+
+DEFAULTS: dict[str, Any] = {
+    f.name: f.default for f in fields(PolicyLossConfig) if f.name not in ("_target_", "rollout_correction")
+}
+
+
+def _bad(key: str, value: Any, allowed: str) -> ValueError:
+    return ValueError(f"{KEY_PREFIX}{key}={value!r} is invalid: allowed {allowed}")
+
+
+def _number(key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _bad(key, value, "a number")
+    return float(value)
+
+
+def check_policy_loss_params(values: Mapping[str, Any]) -> None:
+    """Validate whichever verl_ext-relevant keys ``values`` holds; raise ``ValueError`` naming the key."""
+    for key in ("clip_cov_ratio", "kl_cov_ratio"):
+        if values.get(key) is not None and not 0.0 < _number(key, values[key]) <= 1.0:
+            raise _bad(key, values[key], "a fraction in (0, 1] (0.002 means 0.2 % of tokens)")
+    lb, ub = values.get("clip_cov_lb"), values.get("clip_cov_ub")
+    if lb is not None and ub is not None and not _number("clip_cov_lb", lb) < _number("clip_cov_ub", ub):
+        raise _bad("clip_cov_lb", lb, f"a value below clip_cov_ub={ub!r}")
+    for key in ("ppo_kl_coef", "gppo_beta1", "gppo_beta2"):
+        if values.get(key) is not None and not _number(key, values[key]) >= 0.0:
+            raise _bad(key, values[key], "a number >= 0")
+    low = values.get("entropy_mask_low")
+    if low is not None and not 0.0 <= _number("entropy_mask_low", low) < 1.0:
+        raise _bad("entropy_mask_low", low, "0 <= entropy_mask_low < 1")
+    high = values.get("entropy_mask_high")
+    if high is not None and not _number("entropy_mask_high", high) > 1.0:
+        raise _bad("entropy_mask_high", high, "entropy_mask_high > 1")
+    scope = values.get("cov_scope")
+    if scope is not None and scope not in COV_SCOPES:
+        raise _bad("cov_scope", scope, f"one of {list(COV_SCOPES)}")
+    seed = values.get("cov_seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise _bad("cov_seed", seed, "an integer >= 0")
+
+
+def _get(obj: Any, key: str, default: Any = None) -> Any:
+    if obj is None:
+        return default
+    if isinstance(obj, Mapping):
+        return obj.get(key, default)
+    return getattr(obj, key, default)
+
+
+def policy_loss_params(config: Any, *names: str) -> tuple[Any, ...]:
+    """Read ``names`` from ``config.policy_loss`` (verl's or verl_ext's class, or a mapping), falling back
+    to verl_ext's defaults for keys that are absent or ``None``, and validate them."""
+    node = _get(config, "policy_loss")
+    values = {}
+    for name in names:
+        value = _get(node, name)
+        values[name] = DEFAULTS[name] if value is None else value
+    check_policy_loss_params(values)
+    return tuple(values[name] for name in names)
+
+
+def clip_ratios(config: Any) -> tuple[float, float]:
+    """PPO clip ranges ``(eps_low, eps_high)`` from the actor config, as verl reads them."""
+    eps = _get(config, "clip_ratio", 0.2)
+    low = _get(config, "clip_ratio_low")
+    high = _get(config, "clip_ratio_high")
+    eps_low = _number("clip_ratio_low", eps if low is None else low)
+    eps_high = _number("clip_ratio_high", eps if high is None else high)
+    if eps_low < 0 or eps_high < 0:
+        raise ValueError(
+            f"actor_rollout_ref.actor.clip_ratio_low={eps_low!r}, clip_ratio_high={eps_high!r} are invalid: "
+            "allowed numbers >= 0"
+        )
+    return eps_low, eps_high
+
+
+def dual_clip_c(config: Any) -> float:
+    """The dual-clip constant ``clip_ratio_c`` of the actor config (verl's default 3.0); must be > 1."""
+    c = _number("clip_ratio_c", _get(config, "clip_ratio_c", 3.0))
+    if not c > 1.0:
+        raise ValueError(f"actor_rollout_ref.actor.clip_ratio_c={c!r} is invalid: allowed a number > 1")
+    return c

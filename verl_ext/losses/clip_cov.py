@@ -1,0 +1,70 @@
+"""Clip-Cov (Cui et al., "The Entropy Mechanism of RL for Reasoning LMs", arXiv 2505.22617).
+
+Per valid token i, with ``cov_i = (A_i - mean A)(lp_i - mean lp)`` (no gradient):
+
+    L_i = sg[ max(-A_i r_i, -A_i clip(r_i, 1-eps_low, 1+eps_high)) ]   if i in S
+    L_i =    max(-A_i r_i, -A_i clip(r_i, 1-eps_low, 1+eps_high))      otherwise
+
+where ``sg`` stops the gradient and ``S`` holds ``max(1, floor(clip_cov_ratio * N))`` tokens drawn uniformly
+at random among the valid, not PPO-clipped tokens with ``clip_cov_lb < cov_i < clip_cov_ub``. The loss is
+aggregated with verl's ``agg_loss``; detached tokens keep their value and stay in the denominator.
+
+Differences from verl's built-in ``clip_cov`` (which this replaces): the selection is reproducible (a
+counter-based hash, never ``torch.randperm`` on the global RNG), runs without host syncs, can come from the
+whole training batch (``cov_selected``, see :mod:`verl_ext.selection`), and a selected token keeps its loss
+*value* (only its gradient is removed, as the paper says); verl multiplies it by 0. Gradients are equal.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+from verl.trainer.ppo.core_algos import register_policy_loss
+from verl_ext.config import clip_ratios, policy_loss_params
+from verl_ext.losses.common import aggregate, apply_rollout_weights, base_metrics, metric_frac, ppo_terms
+from verl_ext.selection import clip_cov_select, selection_metrics, token_covariance
+
+
+@register_policy_loss("clip_cov")
+def compute_policy_loss_clip_cov(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Optional[Any] = None,
+    rollout_is_weights: torch.Tensor | None = None,
+    cov_selected: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """Clip-Cov policy loss (verl's signature).
+
+    Args:
+        cov_selected: optional bool mask of tokens selected over the whole batch; ``None`` selects over the
+            tensors given here (``cov_scope=micro``).
+
+    Returns:
+        ``(loss, metrics)`` with metrics as 0-d tensors.
+    """
+    ratio, lb, ub, seed = policy_loss_params(config, "clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "cov_seed")
+    eps_low, eps_high = clip_ratios(config)
+    mask = response_mask.bool()
+    terms = ppo_terms(log_prob, old_log_prob, advantages, eps_low, eps_high)
+    metrics = base_metrics(terms, mask)
+
+    if cov_selected is None:
+        ppo_clipped = terms.clipped.detach() > terms.unclipped.detach()
+        cov = token_covariance(advantages, log_prob, mask)
+        candidates = mask & ~ppo_clipped
+        selected = clip_cov_select(cov, candidates, mask, old_log_prob, ratio, lb, ub, seed)
+        metrics.update(selection_metrics("actor/clip_cov", selected, cov, mask))
+        metrics["actor/clip_cov/candidate_frac"] = metric_frac(candidates & (cov > lb) & (cov < ub), mask)
+    else:
+        selected = cov_selected.bool() & mask
+        metrics["actor/clip_cov/selected_frac"] = metric_frac(selected, mask)
+
+    pg_losses = torch.maximum(terms.unclipped, terms.clipped)
+    pg_losses = torch.where(selected, pg_losses.detach(), pg_losses)
+    pg_losses = apply_rollout_weights(pg_losses, rollout_is_weights)
+    return aggregate(pg_losses, mask, loss_agg_mode, config), metrics

@@ -1,0 +1,57 @@
+"""``gppo_erc``: Entropy Ratio Clipping on gradient-preserving clipping (CE-GPPO, arXiv 2509.20712; ERC,
+arXiv 2512.05591).
+
+Per valid token i, with ``sg`` the stop-gradient (forward value of ``r / sg[r]`` is 1, gradient of r):
+
+    L_i = -beta1 (1-eps_low)  A_i r_i / sg[r_i]    if A_i < 0 and r_i < 1 - eps_low
+    L_i = -beta2 (1+eps_high) A_i r_i / sg[r_i]    if A_i > 0 and r_i > 1 + eps_high
+    L_i = -A_i r_i                                 otherwise
+
+Clipped tokens thus keep a gradient scaled by ``beta (1 +- eps) / r`` instead of none; ``beta1 = beta2 = 1``
+reproduces the ERC repository's ``gppo_erc``, CE-GPPO's defaults are 0.75 / 1.0. Then, like ``grpo_erc``,
+verl's rollout-correction weights (if given) and the entropy-ratio gradient mask.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+from verl.trainer.ppo.core_algos import register_policy_loss
+from verl_ext.config import clip_ratios, policy_loss_params
+from verl_ext.losses.common import aggregate, apply_rollout_weights, base_metrics, ppo_terms
+from verl_ext.losses.erc import entropy_ratio_mask, require_entropies
+
+
+@register_policy_loss("gppo_erc")
+def compute_policy_loss_gppo_erc(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Optional[Any] = None,
+    rollout_is_weights: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
+    old_entropy: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """ERC on CE-GPPO's gradient-preserving clip (verl's signature plus ``entropy`` / ``old_entropy``)."""
+    require_entropies("gppo_erc", entropy, old_entropy)
+    beta1, beta2 = policy_loss_params(config, "gppo_beta1", "gppo_beta2")
+    eps_low, eps_high = clip_ratios(config)
+    mask = response_mask.bool()
+    terms = ppo_terms(log_prob, old_log_prob, advantages, eps_low, eps_high)
+    metrics = base_metrics(terms, mask)
+
+    ratio = terms.ratio
+    grad_only = ratio / ratio.detach()
+    low_clip = (advantages < 0) & (ratio < 1.0 - eps_low)
+    high_clip = (advantages > 0) & (ratio > 1.0 + eps_high)
+    pg_losses = torch.where(low_clip, -beta1 * (1.0 - eps_low) * advantages * grad_only, terms.unclipped)
+    pg_losses = torch.where(high_clip, -beta2 * (1.0 + eps_high) * advantages * grad_only, pg_losses)
+    pg_losses = apply_rollout_weights(pg_losses, rollout_is_weights)
+
+    pg_losses, erc_metrics = entropy_ratio_mask(pg_losses, entropy, old_entropy, mask, config)
+    metrics.update(erc_metrics)
+    return aggregate(pg_losses, mask, loss_agg_mode, config), metrics

@@ -1,0 +1,55 @@
+"""``grpo_erc``: Entropy Ratio Clipping on the DAPO / dual-clip PPO loss (Su et al., arXiv 2512.05591).
+
+Per valid token i:
+
+    L^clip_i = max(-A_i r_i, -A_i clip(r_i, 1-eps_low, 1+eps_high))
+    L^dual_i = min(L^clip_i, -A_i c)  if A_i < 0  else  L^clip_i          (c = clip_ratio_c)
+    L_i      = w_i * L^dual_i   if entropy_mask_low < H_i / H_old_i < entropy_mask_high
+    L_i      = sg[w_i * L^dual_i]   otherwise
+
+``w_i`` are verl's rollout-correction importance weights when given (``algorithm.rollout_correction``;
+verl_ext does not re-implement truncated IS). Aggregated with verl's ``agg_loss``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+from verl.trainer.ppo.core_algos import register_policy_loss
+from verl_ext.config import clip_ratios, dual_clip_c
+from verl_ext.losses.common import aggregate, apply_rollout_weights, base_metrics, metric_frac, ppo_terms
+from verl_ext.losses.erc import entropy_ratio_mask, require_entropies
+
+
+@register_policy_loss("grpo_erc")
+def compute_policy_loss_grpo_erc(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Optional[Any] = None,
+    rollout_is_weights: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
+    old_entropy: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """ERC on dual-clip PPO (verl's signature plus ``entropy`` / ``old_entropy`` keyword inputs)."""
+    require_entropies("grpo_erc", entropy, old_entropy)
+    eps_low, eps_high = clip_ratios(config)
+    c = dual_clip_c(config)
+    mask = response_mask.bool()
+    terms = ppo_terms(log_prob, old_log_prob, advantages, eps_low, eps_high)
+    metrics = base_metrics(terms, mask)
+
+    clip_loss = torch.maximum(terms.unclipped, terms.clipped)
+    dual_bound = -advantages * c
+    negative = advantages < 0
+    metrics["actor/pg_clipfrac_lower"] = metric_frac(negative & (clip_loss.detach() > dual_bound), mask)
+    pg_losses = torch.where(negative, torch.minimum(clip_loss, dual_bound), clip_loss)
+    pg_losses = apply_rollout_weights(pg_losses, rollout_is_weights)
+
+    pg_losses, erc_metrics = entropy_ratio_mask(pg_losses, entropy, old_entropy, mask, config)
+    metrics.update(erc_metrics)
+    return aggregate(pg_losses, mask, loss_agg_mode, config), metrics
