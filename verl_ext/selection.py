@@ -10,9 +10,9 @@ and selects
   candidates ``clip_cov_lb < cov_i < clip_cov_ub`` (and not already clipped by PPO);
 * KL-Cov:  the ``k = max(1, floor(kl_cov_ratio * N))`` tokens with the largest ``cov_i``.
 
-Everything here stays on the device: the budget ``k`` is a 0-d tensor, top-k is a stable sort followed by
-a rank scatter (exactly ``k`` tokens, ties broken by position), and the randomness is a counter-based hash
-of ``(seed, row, column, bits of the old log-prob)`` - reproducible, independent of the global RNG and
+Everything here stays on the device: the budget ``k`` is a 0-d tensor and top-k runs with its static
+upper bound (from the tensor shape), keeping the first ``k`` (exactly ``k`` tokens), and the randomness is a counter-based hash
+of ``(seed, position, bits of the old log-prob)`` - reproducible, independent of the global RNG and
 traceable by ``torch.compile(fullgraph=True)``.
 
 :func:`select_tokens_for_batch` applies the selection to a whole training batch (the paper's scope); the
@@ -21,6 +21,7 @@ trainer stores the mask as batch field ``cov_selected`` and every micro-batch ap
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -31,65 +32,68 @@ COV_LOSSES = ("clip_cov", "kl_cov")
 _MASK32 = 0xFFFFFFFF
 
 
-def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
-    """``(x * c) mod 2**32`` for int64 ``x`` in [0, 2**32) without int64 overflow (16-bit halves)."""
-    lo = (x & 0xFFFF) * c
-    hi = (((x >> 16) * c) & 0xFFFF) << 16
-    return (lo + hi) & _MASK32
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """In place: a 32-bit integer hash (C. Wellons' ``triple32``-family constants, both < 2**31 so
+    that the int64 products of 32-bit values never overflow) on int64 tensors holding values in [0, 2**32)."""
+    x ^= x >> 16
+    x.mul_(0x21F0AAAD).bitwise_and_(_MASK32)
+    x ^= x >> 15
+    x.mul_(0x735A2D97).bitwise_and_(_MASK32)
+    x ^= x >> 15
+    return x
 
 
-def _fmix32(x: torch.Tensor) -> torch.Tensor:
-    """MurmurHash3's 32-bit finaliser on int64 tensors holding 32-bit values."""
-    x = x ^ (x >> 16)
-    x = _mul32(x, 0x85EBCA6B)
-    x = x ^ (x >> 13)
-    x = _mul32(x, 0xC2B2AE35)
-    return x ^ (x >> 16)
+def token_hash(seed: int, key: torch.Tensor) -> torch.Tensor:
+    """A 32-bit hash (int64 tensor) of ``(seed, position, float32 bits of key)`` for each element of 2-D ``key``.
+
+    Counter-based: the same inputs give the same values on any device, and no ``torch.Generator`` (hence
+    no global RNG state, and nothing ``torch.compile`` cannot trace) is involved.
+    """
+    seed_mix = (seed * 0x9E3779B9 + 0x7F4A7C15) & _MASK32
+    h = torch.arange(key.numel(), device=key.device, dtype=torch.int64).reshape(key.shape)
+    h ^= seed_mix
+    h += key.detach().to(torch.float32).contiguous().view(torch.int32).to(torch.int64)
+    h.bitwise_and_(_MASK32)
+    return _mix32(h)
 
 
 def token_uniforms(seed: int, key: torch.Tensor) -> torch.Tensor:
-    """Uniform numbers in [0, 1), float64, one per element of the 2-D ``key`` (typically the old log-probs).
-
-    Each value is a hash of ``(seed, row, column, float32 bits of key)``: the same inputs always give the
-    same numbers on any device, and nothing touches a ``torch.Generator``.
-    """
-    rows = torch.arange(key.shape[0], device=key.device, dtype=torch.int64).unsqueeze(1)
-    cols = torch.arange(key.shape[1], device=key.device, dtype=torch.int64).unsqueeze(0)
-    bits = key.detach().to(torch.float32).contiguous().view(torch.int32).to(torch.int64) & _MASK32
-    h = _fmix32(torch.full_like(bits, (seed * 0x9E3779B9) & _MASK32) ^ 0x5BD1E995)
-    h = _fmix32(h ^ _mul32(rows.expand_as(bits), 0xCC9E2D51))
-    h = _fmix32(h ^ _mul32(cols.expand_as(bits), 0x1B873593))
-    h = _fmix32(h ^ bits)
-    return h.to(torch.float64) / float(2**32)
+    """:func:`token_hash` mapped to uniform float64 numbers in [0, 1)."""
+    return token_hash(seed, key).to(torch.float64) / float(2**32)
 
 
 def token_covariance(advantages: torch.Tensor, log_prob: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``cov_i = (A_i - mean A)(lp_i - mean lp)`` with means over ``mask``; no gradient; 0 where masked."""
-    mask_f = mask.to(torch.float64)
-    n = mask_f.sum().clamp(min=1.0)
-    adv = advantages.detach().to(torch.float64)
-    lp = log_prob.detach().to(torch.float64)
-    cov = (adv - (adv * mask_f).sum() / n) * (lp - (lp * mask_f).sum() / n)
-    return cov * mask_f
+    """``cov_i = (A_i - mean A)(lp_i - mean lp)`` with means over ``mask`` (accumulated in float64); no
+    gradient; 0 where masked. Computed in the inputs' dtype (no float64 copies of whole tensors)."""
+    adv, lp = advantages.detach(), log_prob.detach()
+    n = mask.sum().clamp(min=1).to(torch.float64)
+    mean_a = torch.where(mask, adv, 0.0).sum(dtype=torch.float64) / n
+    mean_lp = torch.where(mask, lp, 0.0).sum(dtype=torch.float64) / n
+    cov = (adv - mean_a.to(adv.dtype)) * (lp - mean_lp.to(lp.dtype))
+    return torch.where(mask, cov, 0.0)
 
 
-def token_budget(ratio: float, mask: torch.Tensor) -> torch.Tensor:
-    """``max(1, floor(ratio * N))`` as a 0-d int64 tensor, ``N`` = number of valid tokens."""
-    n = mask.to(torch.float64).sum()
-    return torch.floor(n * ratio).to(torch.int64).clamp(min=1)
+def token_budget(ratio: float, mask: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """``k = max(1, floor(ratio * N))`` as a 0-d int64 tensor (``N`` valid tokens, data-dependent), and its
+    static upper bound ``max(1, floor(ratio * mask.numel()))`` as a Python int (known from the shape)."""
+    n = mask.sum().to(torch.float64)
+    k = torch.floor(n * ratio).to(torch.int64).clamp(min=1)
+    return k, max(1, math.floor(ratio * mask.numel()))
 
 
-def rank_select(priority: torch.Tensor, eligible: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """The (at most) ``k`` eligible elements with the smallest ``priority``; ties go to the earlier position.
+def rank_select(priority: torch.Tensor, eligible: torch.Tensor, ratio: float, mask: torch.Tensor, sentinel) -> torch.Tensor:
+    """The (at most) ``max(1, floor(ratio * N))`` eligible elements with the smallest ``priority``.
 
-    Sort-and-rank instead of ``topk`` so that ``k`` can stay a device tensor (no sync, static shapes).
+    ``sentinel`` must exceed every eligible priority. ``topk`` runs with the static bound ``k_max`` of the
+    budget (a shape-derived int), and the first ``k`` of those (``k`` a device tensor) are kept: exact, no
+    host sync, static shapes, and much cheaper than a full sort for the small ratios in use.
     """
-    flat = torch.where(eligible, priority.to(torch.float64), torch.full_like(priority, float("inf"), dtype=torch.float64))
-    flat = flat.reshape(-1)
-    order = torch.argsort(flat, stable=True)
-    rank = torch.empty_like(order)
-    rank.scatter_(0, order, torch.arange(order.numel(), device=order.device, dtype=order.dtype))
-    return eligible & (rank.reshape(eligible.shape) < k)
+    k, k_max = token_budget(ratio, mask)
+    flat = torch.where(eligible, priority, sentinel).reshape(-1)
+    idx = torch.topk(flat, k_max, largest=False, sorted=True).indices
+    take = torch.arange(k_max, device=flat.device) < k
+    chosen = torch.zeros(flat.shape, dtype=torch.bool, device=flat.device).scatter(0, idx, take)
+    return eligible & chosen.reshape(eligible.shape)
 
 
 def clip_cov_select(
@@ -102,25 +106,29 @@ def clip_cov_select(
     ub: float,
     seed: int,
 ) -> torch.Tensor:
-    """Clip-Cov: ``max(1, floor(ratio*N))`` random tokens among ``candidates & lb < cov < ub``."""
+    """Clip-Cov: ``max(1, floor(ratio*N))`` random tokens among ``candidates & lb < cov < ub``.
+
+    The priority ``hash << 31 | position`` is unique per token, so the draw has no ties.
+    """
     eligible = candidates & (cov > lb) & (cov < ub)
-    return rank_select(token_uniforms(seed, key), eligible, token_budget(ratio, mask))
+    pos = torch.arange(key.numel(), device=key.device, dtype=torch.int64).reshape(key.shape)
+    priority = (token_hash(seed, key) << 31) | pos
+    return rank_select(priority, eligible, ratio, mask, sentinel=2**63 - 1)
 
 
 def kl_cov_select(cov: torch.Tensor, mask: torch.Tensor, ratio: float) -> torch.Tensor:
     """KL-Cov: the ``max(1, floor(ratio*N))`` valid tokens with the largest covariance."""
-    return rank_select(-cov, mask, token_budget(ratio, mask))
+    return rank_select(-cov, mask, ratio, mask, sentinel=float("inf"))
 
 
 def selection_metrics(prefix: str, selected: torch.Tensor, cov: torch.Tensor, mask: torch.Tensor) -> dict:
     """0-d tensor metrics: selected fraction and mean / max covariance of the selected tokens (0 if none)."""
-    n_valid = mask.to(torch.float64).sum().clamp(min=1.0)
-    sel = selected.to(torch.float64)
-    n_sel = sel.sum()
-    cov_max = torch.where(selected, cov, torch.full_like(cov, float("-inf"))).amax()
+    n_valid = mask.sum().clamp(min=1).to(torch.float32)
+    n_sel = selected.sum().to(torch.float32)
+    cov_max = torch.where(selected, cov, float("-inf")).amax()
     return {
         f"{prefix}/selected_frac": n_sel / n_valid,
-        f"{prefix}/cov_selected_mean": (cov * sel).sum() / n_sel.clamp(min=1.0),
+        f"{prefix}/cov_selected_mean": torch.where(selected, cov, 0.0).sum() / n_sel.clamp(min=1.0),
         f"{prefix}/cov_selected_max": torch.where(n_sel > 0, cov_max, torch.zeros_like(cov_max)),
     }
 

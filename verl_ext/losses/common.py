@@ -40,13 +40,12 @@ def ppo_terms(
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean of ``x`` over ``mask`` as a 0-d tensor; 0 (not NaN) when the mask is empty."""
-    mask_f = mask.to(x.dtype) if x.is_floating_point() else mask.to(torch.float32)
-    return (x * mask_f).sum() / mask_f.sum().clamp(min=1.0)
+    return torch.where(mask, x, 0.0).sum() / mask.sum().clamp(min=1).to(x.dtype)
 
 
 def metric_frac(flag: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Fraction of valid tokens where ``flag`` holds (0-d float tensor, 0 for an empty mask)."""
-    return masked_mean(flag.to(torch.float32), mask)
+    """Fraction of valid tokens where ``flag`` holds (0-d float32 tensor, 0 for an empty mask)."""
+    return (flag & mask).sum().to(torch.float32) / mask.sum().clamp(min=1).to(torch.float32)
 
 
 def aggregate(loss_mat: torch.Tensor, mask: torch.Tensor, loss_agg_mode: str, config: Any) -> torch.Tensor:

@@ -50,11 +50,13 @@ def entropy_ratio_mask(
     low, high = policy_loss_params(config, "entropy_mask_low", "entropy_mask_high")
     rho = (entropy.detach() + ERC_EPS) / (old_entropy.detach() + ERC_EPS)
     below, above = rho <= low, rho >= high
-    keep = ~below & ~above
+    keep = ~(below | above)
+    below_frac, above_frac = metric_frac(below, mask), metric_frac(above, mask)
+    any_valid = mask.any().to(torch.float32)
     metrics = {
-        "actor/erc/kept_frac": metric_frac(keep, mask),
-        "actor/erc/below_frac": metric_frac(below, mask),
-        "actor/erc/above_frac": metric_frac(above, mask),
+        "actor/erc/kept_frac": any_valid - below_frac - above_frac,
+        "actor/erc/below_frac": below_frac,
+        "actor/erc/above_frac": above_frac,
         "actor/erc/entropy_ratio_mean": masked_mean(rho.to(torch.float32), mask),
     }
     return torch.where(keep, loss_mat, loss_mat.detach()), metrics

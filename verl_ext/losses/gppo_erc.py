@@ -44,12 +44,16 @@ def compute_policy_loss_gppo_erc(
     terms = ppo_terms(log_prob, old_log_prob, advantages, eps_low, eps_high)
     metrics = base_metrics(terms, mask)
 
-    ratio = terms.ratio
-    grad_only = ratio / ratio.detach()
-    low_clip = (advantages < 0) & (ratio < 1.0 - eps_low)
-    high_clip = (advantages > 0) & (ratio > 1.0 + eps_high)
-    pg_losses = torch.where(low_clip, -beta1 * (1.0 - eps_low) * advantages * grad_only, terms.unclipped)
-    pg_losses = torch.where(high_clip, -beta2 * (1.0 + eps_high) * advantages * grad_only, pg_losses)
+    # One differentiable product -A * r * s with a gradient-free scale s: s = 1 for unclipped tokens,
+    # s = beta (1 -+ eps) / sg[r] for clipped ones, so that the value is -beta (1 -+ eps) A and the
+    # gradient -beta (1 -+ eps) A (d r / d lp = r), exactly the formula above.
+    with torch.no_grad():
+        ratio = terms.ratio
+        low_clip = (advantages < 0) & (ratio < 1.0 - eps_low)
+        high_clip = (advantages > 0) & (ratio > 1.0 + eps_high)
+        scale = torch.where(low_clip, beta1 * (1.0 - eps_low) / ratio, 1.0)
+        scale = torch.where(high_clip, beta2 * (1.0 + eps_high) / ratio, scale)
+    pg_losses = terms.unclipped * scale
     pg_losses = apply_rollout_weights(pg_losses, rollout_is_weights)
 
     pg_losses, erc_metrics = entropy_ratio_mask(pg_losses, entropy, old_entropy, mask, config)
