@@ -175,13 +175,23 @@ def bench_engine(args: argparse.Namespace) -> list[dict]:
     return benchmark_update(repeats=args.engine_repeats, batch=args.engine_batch, response_length=args.engine_len)
 
 
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def machine() -> dict:
     info = {
         "python": platform.python_version(),
         "torch": torch.__version__,
         "verl": verl.__version__,
         "verl_ext": verl_ext.__version__,
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": _cpu_name(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
     }
