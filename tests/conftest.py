@@ -1,0 +1,17 @@
+"""Shared fixtures: the tiny Qwen2 model (built once per session, no downloads) and the ``engine`` marker."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "engine: runs verl's real FSDP2 TrainingWorker on CPU/gloo (slow-ish)")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A randomly initialised tiny Qwen2 + tokenizer saved with ``save_pretrained`` (seed 0)."""
+    from verl_ext.tiny_model import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny_qwen2"), seed=0)

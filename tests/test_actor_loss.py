@@ -1,0 +1,256 @@
+"""verl_ext.actor_loss.ppo_loss and KL clipping, on CPU in float64.
+
+* Where both apply, verl_ext's actor loss equals verl's own ``ppo_loss`` (value, gradient, metrics).
+* KL clipping against an oracle written here from the formula of seed 001: per sequence
+  ``C_s = relu|softplus(sum_t k_st - tau_s)``, ``tau_s = threshold * L_s`` (per token) or ``threshold``,
+  token-mean loss ``sum_s C_s / N_tokens``; values and gradients.
+* ``hard`` with threshold 0 equals verl's KL loss for every ``loss_agg_mode`` (non-negative estimator).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from verl_ext.cpu_engine import make_batch
+
+AGG_MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
+
+
+def actor_config(loss_mode: str = "vanilla", loss_kwargs: dict | None = None, **overrides):
+    from verl.workers.config import FSDPOptimizerConfig
+
+    from verl_ext.actor_config import FSDPActorConfig
+    from verl_ext.config import PolicyLossConfig
+
+    kwargs = dict(strategy="fsdp2", rollout_n=1, ppo_mini_batch_size=4, ppo_micro_batch_size_per_gpu=4,
+                  optim=FSDPOptimizerConfig(lr=1e-3), policy_loss=PolicyLossConfig(loss_mode=loss_mode, **(loss_kwargs or {})))  # fmt: skip
+    kwargs.update(overrides)
+    return FSDPActorConfig(**kwargs)
+
+
+def fixture(seed: int = 0, global_info: bool = True):
+    """A 4-sequence micro-batch in verl's no-padding layout, float64 fields, and a flat log-prob leaf."""
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
+
+    gen = torch.Generator().manual_seed(seed)
+    prompts = [[5, 6, 7], [8, 9], [10, 11, 12, 13], [14]]
+    responses = [[20, 21, 22, 23, 24], [25, 26], [27, 28, 29], [30, 31, 32, 33, 34, 35]]
+    max_r = max(map(len, responses))
+    fields = {
+        "advantages": torch.randn(4, max_r, generator=gen, dtype=torch.float64),
+        "old_log_probs": -torch.rand(4, max_r, generator=gen, dtype=torch.float64) * 2,
+        "ref_log_prob": -torch.rand(4, max_r, generator=gen, dtype=torch.float64) * 2,
+        "old_entropy": torch.rand(4, max_r, generator=gen, dtype=torch.float64) + 0.5,
+    }
+    data = left_right_2_no_padding(make_batch(prompts, responses, response_fields=fields))
+    n_tokens = int(data["response_mask"].sum())
+    if global_info:
+        tu.assign_non_tensor(data, dp_size=1, batch_num_tokens=n_tokens, global_batch_size=4)
+    else:
+        tu.assign_non_tensor(data, dp_size=1, batch_num_tokens=None, global_batch_size=None)
+    total = int(data["input_ids"].values().shape[0])
+    flat = (-torch.rand(total, generator=gen, dtype=torch.float64) * 2).requires_grad_(True)
+    flat_entropy = torch.rand(total, generator=gen, dtype=torch.float64) + 0.5
+    padded = lambda t: no_padding_2_padding(t, data)  # noqa: E731  (verl's layout helper, not under test)
+    return data, flat, flat_entropy, padded
+
+
+def run(loss_fn, config, data, flat, entropy=None):
+    output = {"log_probs": flat} if entropy is None else {"log_probs": flat, "entropy": entropy}
+    loss, metrics = loss_fn(config, output, data.clone())
+    (grad,) = torch.autograd.grad(loss, flat)
+    return loss.detach(), grad, metrics
+
+
+def metric_value(metric) -> float:
+    """A verl ``Metric`` holding one value (one micro-batch), or a plain number, as a float."""
+    return float(metric.aggregate()) if hasattr(metric, "aggregate") else float(metric)
+
+
+# ------------------------------------------------------------------------------------------------------
+# equality with verl's ppo_loss
+# ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("agg", AGG_MODES)
+@pytest.mark.parametrize("global_info", [True, False])
+def test_matches_verls_ppo_loss_for_verls_own_losses(agg, global_info):
+    from verl.workers.utils.losses import ppo_loss as verl_ppo_loss
+
+    from verl_ext.actor_loss import ppo_loss
+
+    data, flat, entropy, _ = fixture(global_info=global_info)
+    kw = dict(loss_agg_mode=agg, entropy_coeff=0.01, use_kl_loss=True, kl_loss_coef=0.1, kl_loss_type="k3")
+    ours = run(ppo_loss, actor_config(**kw), data, flat, entropy)
+    verls = run(verl_ppo_loss, actor_config(**kw), data, flat, entropy)
+    assert torch.allclose(ours[0], verls[0], rtol=1e-12, atol=1e-14)
+    assert torch.allclose(ours[1], verls[1], rtol=1e-12, atol=1e-14)
+    assert set(ours[2]) == set(verls[2])
+    for key in verls[2]:
+        assert metric_value(ours[2][key]) == pytest.approx(metric_value(verls[2][key]), rel=1e-12), key
+        assert getattr(ours[2][key], "aggregation", None) == getattr(verls[2][key], "aggregation", None), key
+
+
+@pytest.mark.parametrize("agg", AGG_MODES)
+@pytest.mark.parametrize("kl_type", ["low_var_kl", "k2", "abs"])
+def test_hard_clip_at_zero_equals_verls_kl_loss(agg, kl_type):
+    from verl.workers.utils.losses import ppo_loss as verl_ppo_loss
+
+    from verl_ext.actor_loss import ppo_loss
+
+    data, flat, _, _ = fixture(seed=1)
+    kw = dict(loss_agg_mode=agg, use_kl_loss=True, kl_loss_coef=1.0, kl_loss_type=kl_type)
+    ours = run(ppo_loss, actor_config(kl_clip_method="hard", kl_clip_threshold=0.0, **kw), data, flat)
+    verls = run(verl_ppo_loss, actor_config(**kw), data, flat)
+    assert torch.allclose(ours[0], verls[0], rtol=1e-12, atol=1e-14)
+    assert torch.allclose(ours[1], verls[1], rtol=1e-10, atol=1e-14)
+    assert metric_value(ours[2]["actor/kl_clip/clipped_kl"]) == pytest.approx(
+        metric_value(ours[2]["actor/kl_clip/raw_kl"]), rel=1e-12
+    )
+
+
+# ------------------------------------------------------------------------------------------------------
+# KL clipping against the formula
+# ------------------------------------------------------------------------------------------------------
+
+
+def oracle_clipped_kl(lp, ref, mask, method, threshold, per_token):
+    """k3 / low_var_kl per token, summed per sequence, clipped, token-mean over the micro-batch."""
+    total = lp.new_zeros(())
+    above = 0
+    n_seq = 0
+    for s in range(lp.shape[0]):
+        idx = [t for t in range(lp.shape[1]) if mask[s, t]]
+        if not idx:
+            continue
+        n_seq += 1
+        kl_s = sum(torch.clamp(torch.exp(ref[s, t] - lp[s, t]) - (ref[s, t] - lp[s, t]) - 1, -10, 10) for t in idx)
+        tau = threshold * len(idx) if per_token else threshold
+        excess = kl_s - tau
+        c = torch.clamp(excess, min=0) if method == "hard" else torch.log1p(torch.exp(excess))
+        total = total + c
+        above += int(kl_s.item() > tau)
+    return total / int(mask.sum()), above / n_seq
+
+
+@pytest.mark.parametrize("method", ["hard", "soft"])
+@pytest.mark.parametrize("per_token,threshold", [(True, 0.25), (False, 1.0), (True, 0.0), (False, 50.0)])
+def test_kl_clipping_matches_formula(method, per_token, threshold):
+    from verl_ext.actor_loss import ppo_loss
+
+    data, flat, _, padded = fixture(seed=2)
+    config = actor_config(use_kl_loss=True, kl_loss_coef=1.0, kl_loss_type="low_var_kl", kl_clip_method=method,
+                          kl_clip_threshold=threshold, use_per_token_kl_threshold=per_token)  # fmt: skip
+    zero_adv = data.clone()
+    zero_adv["advantages"] = torch.zeros_like(zero_adv["advantages"])  # isolate the KL term
+    loss, grad, metrics = run(ppo_loss, config, zero_adv, flat)
+
+    mask = data["response_mask"].bool()
+    expected, frac = oracle_clipped_kl(padded(flat), data["ref_log_prob"], mask, method, threshold, per_token)
+    (expected_grad,) = torch.autograd.grad(expected, flat)
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-10, abs=1e-14)
+    assert torch.allclose(grad, expected_grad, rtol=1e-9, atol=1e-14)
+    assert metric_value(metrics["actor/kl_clip/frac_above"]) == pytest.approx(frac)
+    assert metric_value(metrics["kl_loss"]) == pytest.approx(expected.item(), rel=1e-10, abs=1e-14)
+
+
+def test_thresholds_actually_split_the_fixture():
+    """Guard for the test above: the chosen thresholds put some sequences above and some below."""
+    from verl_ext.actor_loss import ppo_loss
+
+    data, flat, _, _ = fixture(seed=2)
+    fracs = []
+    for per_token, threshold in ((True, 0.25), (False, 1.0)):
+        config = actor_config(use_kl_loss=True, kl_loss_type="low_var_kl", kl_clip_method="hard",
+                              kl_clip_threshold=threshold, use_per_token_kl_threshold=per_token)  # fmt: skip
+        fracs.append(metric_value(run(ppo_loss, config, data, flat)[2]["actor/kl_clip/frac_above"]))
+    assert all(0.0 < f < 1.0 for f in fracs), fracs
+
+
+def test_soft_clip_keeps_a_gradient_below_threshold_and_hard_does_not():
+    from verl_ext.actor_loss import ppo_loss
+
+    data, flat, _, _ = fixture(seed=2)
+    data["advantages"] = torch.zeros_like(data["advantages"])
+    kw = dict(use_kl_loss=True, kl_loss_type="low_var_kl", kl_clip_threshold=50.0)
+    _, hard_grad, _ = run(ppo_loss, actor_config(kl_clip_method="hard", **kw), data, flat)
+    _, soft_grad, _ = run(ppo_loss, actor_config(kl_clip_method="soft", **kw), data, flat)
+    assert hard_grad.abs().max().item() == 0.0
+    assert soft_grad.abs().max().item() > 0.0  # sigmoid(KL_s - 50) is tiny but not zero in float64
+
+
+def test_empty_micro_batch_gives_finite_zero_clipped_kl():
+    from verl_ext.kl_clip import clipped_kl_matrix
+
+    kld = torch.rand(3, 4, dtype=torch.float64, requires_grad=True)
+    mask = torch.zeros(3, 4, dtype=torch.bool)
+    matrix, metrics = clipped_kl_matrix(kld, mask, "soft", 0.1, True)
+    assert matrix.abs().sum().item() == 0.0 and math.isfinite(metrics["actor/kl_clip/frac_above"].item())
+
+
+# ------------------------------------------------------------------------------------------------------
+# configuration and extra inputs
+# ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs,key",
+    [
+        ({"kl_clip_method": "clamp"}, "kl_clip_method"),
+        ({"kl_clip_threshold": -0.1}, "kl_clip_threshold"),
+        ({"kl_clip_threshold": "big"}, "kl_clip_threshold"),
+        ({"use_per_token_kl_threshold": "yes"}, "use_per_token_kl_threshold"),
+    ],
+)
+def test_bad_kl_clip_values_name_the_key(kwargs, key):
+    with pytest.raises(ValueError, match=rf"actor_rollout_ref\.actor\.{key}=.*allowed"):
+        actor_config(**kwargs)
+
+
+def test_per_token_threshold_is_the_default():
+    assert actor_config().use_per_token_kl_threshold is True
+
+
+def test_batch_scope_cov_loss_needs_cov_selected_and_micro_scope_does_not():
+    from verl_ext.actor_loss import ppo_loss
+
+    data, flat, _, _ = fixture()
+    with pytest.raises(ValueError, match="cov_selected.*cov_scope=micro"):
+        run(ppo_loss, actor_config("clip_cov", {"clip_cov_ratio": 0.5}), data, flat)
+    loss, _, metrics = run(ppo_loss, actor_config("clip_cov", {"clip_cov_ratio": 0.5, "cov_scope": "micro"}), data, flat)
+    assert math.isfinite(loss.item()) and "actor/clip_cov/selected_frac" in metrics
+
+
+def test_batch_scope_selection_is_what_the_loss_uses():
+    """Everything selected -> no token is detached, the loss equals vanilla's; nothing selected -> vanilla too
+    but the selected fraction metric follows the given mask exactly."""
+    from verl_ext.actor_loss import ppo_loss
+
+    data, flat, _, _ = fixture()
+    mask = data["response_mask"].bool()
+    half = mask.clone()
+    half[:2] = False
+    data["cov_selected"] = half
+    _, _, metrics = run(ppo_loss, actor_config("kl_cov", {"kl_cov_ratio": 0.5}), data, flat)
+    expected = half.sum().item() / mask.sum().item()
+    assert metric_value(metrics["actor/kl_cov/selected_frac"]) == pytest.approx(expected)
+
+
+def test_erc_gets_old_entropy_from_the_batch_and_fails_without_it():
+    from verl_ext.actor_loss import ppo_loss
+
+    data, flat, entropy, padded = fixture()
+    config = actor_config("grpo_erc", {"entropy_mask_low": 0.8, "entropy_mask_high": 1.2})
+    _, _, metrics = run(ppo_loss, config, data, flat, entropy)
+    mask = data["response_mask"].bool()
+    ratio = padded(entropy) / data["old_entropy"]
+    kept = ((ratio > 0.8) & (ratio < 1.2) & mask).sum().item() / mask.sum().item()
+    assert 0.0 < kept < 1.0
+    assert metric_value(metrics["actor/erc/kept_frac"]) == pytest.approx(kept)
+    del data["old_entropy"]
+    with pytest.raises(ValueError, match="old_entropy"):
+        run(ppo_loss, actor_config("grpo_erc"), data, flat, entropy)

@@ -1,0 +1,169 @@
+"""verl_ext's actor loss: verl's ``ppo_loss`` contract, plus the extra inputs of verl_ext's policy losses and
+KL clipping. Installed on the actor with verl's ``set_loss_fn`` by
+:class:`verl_ext.engine_entropy.VerlExtActorRolloutRefWorker` (``partial(ppo_loss, config=actor_config)``).
+
+Per micro-batch, as verl's ``verl.workers.utils.losses.ppo_loss``::
+
+    L = L_pg(log_prob, old_log_prob, A [, entropy, old_entropy | cov_selected])
+        - entropy_coeff * agg(H)                           (when the engine computed H)
+        + kl_loss_coef * agg(KL)  or  agg(clip(KL))        (use_kl_loss; clip per kl_clip_method)
+
+with ``agg`` verl's ``agg_loss`` over the actor's ``loss_agg_mode`` and global batch info (so sums over
+micro-batches and DP ranks are the global mean), verl's rollout-correction weights handed to the policy
+loss, and verl's metric aggregation (``Metric``, SUM when the losses are globally normalised).
+
+What verl_ext adds:
+
+* ``entropy`` / ``old_entropy`` for ``grpo_erc`` / ``gppo_erc``: the current entropy from the forward pass
+  and the batch field ``old_entropy`` (the old-log-prob pass's entropy, kept by verl_ext's trainer hooks).
+* ``cov_selected`` for ``clip_cov`` / ``kl_cov`` with ``cov_scope=batch``: the tokens chosen over the whole
+  training batch (batch field set by the trainer hooks); ``cov_scope=micro`` selects per micro-batch.
+* KL clipping (:mod:`verl_ext.kl_clip`) with metrics ``actor/kl_clip/{raw_kl,clipped_kl,frac_above}``.
+
+Why not a wrapper around verl's ``ppo_loss``: that function looks up the policy loss and calls it with a
+fixed argument list and computes the KL term inline, so neither the extra inputs nor the clipped KL can be
+passed through it. This function therefore re-states its ~40 lines of orchestration using verl's own
+pieces (``agg_loss``, ``kl_penalty``, ``get_policy_loss_fn``, ``Metric``, ``no_padding_2_padding``);
+``tests/test_actor_loss.py`` checks that it matches verl's ``ppo_loss`` exactly where both apply.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+from verl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
+from verl.utils.metric import AggregationType, Metric
+from verl.workers.utils.padding import no_padding_2_padding
+
+from verl_ext.kl_clip import clipped_kl_matrix
+from verl_ext.losses import COV_LOSSES, ERC_LOSSES, accepted_extras
+
+OLD_ENTROPY = "old_entropy"
+COV_SELECTED = "cov_selected"
+BASE_FIELDS = ("response_mask", "old_log_probs", "advantages")
+OPTIONAL_FIELDS = ("rollout_is_weights", "ref_log_prob", OLD_ENTROPY, COV_SELECTED)
+
+
+def _policy_loss_mode(config: Any) -> str:
+    return str(config.policy_loss.get("loss_mode", "vanilla"))
+
+
+def _set_global_batch_info(config: Any, data: TensorDict) -> AggregationType:
+    """Record the global batch sizes the losses normalise by; return how metrics aggregate (verl's rule:
+    SUM once any global normalisation applies, else MEAN)."""
+    info = config.global_batch_info
+    info["dp_size"] = data["dp_size"]
+    info["batch_num_tokens"] = data["batch_num_tokens"]
+    info["global_batch_size"] = data["global_batch_size"]
+    info["loss_scale_factor"] = config.loss_scale_factor
+    globally_normalised = (
+        data["dp_size"] > 1
+        or data["batch_num_tokens"] is not None
+        or data["global_batch_size"] is not None
+        or config.loss_scale_factor is not None
+    )
+    return AggregationType.SUM if globally_normalised else AggregationType.MEAN
+
+
+def policy_loss_extras(
+    config: Any, loss_mode: str, batch: TensorDict, entropy: torch.Tensor | None
+) -> dict[str, torch.Tensor]:
+    """The extra keyword inputs for ``loss_mode``'s policy loss, from the padded ``batch`` and the entropy.
+
+    Raises ``ValueError`` when a batch-scope Clip-Cov / KL-Cov batch lacks ``cov_selected`` (the selection
+    is made by verl_ext's trainer before the update; silently re-selecting per micro-batch would change the
+    method). Missing ERC entropies are reported by the ERC loss itself.
+    """
+    extras: dict[str, torch.Tensor] = {}
+    accepted = accepted_extras(loss_mode)
+    if loss_mode in ERC_LOSSES:
+        if entropy is not None:
+            extras["entropy"] = entropy
+        if OLD_ENTROPY in batch.keys():
+            extras["old_entropy"] = batch[OLD_ENTROPY]
+    elif loss_mode in COV_LOSSES and "cov_selected" in accepted:
+        scope = config.policy_loss.get("cov_scope", "batch") or "batch"
+        if scope == "batch":
+            if COV_SELECTED not in batch.keys():
+                raise ValueError(
+                    f"verl_ext: actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode} with cov_scope=batch "
+                    f"needs the batch field '{COV_SELECTED}', which verl_ext's trainer (python -m "
+                    "verl_ext.main_ppo) adds before each actor update; with another driver, add it with "
+                    "verl_ext.selection.select_tokens_for_batch or set policy_loss.cov_scope=micro"
+                )
+            extras["cov_selected"] = batch[COV_SELECTED].bool()
+    return extras
+
+
+def kl_loss(
+    config: Any, log_prob: torch.Tensor, ref_log_prob: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The aggregated KL loss term (before ``kl_loss_coef``): verl's, or the clipped one; and its metrics."""
+    kld = kl_penalty(logprob=log_prob, ref_logprob=ref_log_prob, kl_penalty=config.kl_loss_type)
+    raw = agg_loss(loss_mat=kld, loss_mask=mask, loss_agg_mode=config.loss_agg_mode, **config.global_batch_info)
+    method = config.get("kl_clip_method", "none") or "none"
+    if method == "none":
+        return raw, {}
+    matrix, metrics = clipped_kl_matrix(
+        kld, mask, method, config.kl_clip_threshold, config.get("use_per_token_kl_threshold", True)
+    )
+    clipped = agg_loss(loss_mat=matrix, loss_mask=mask, loss_agg_mode=config.loss_agg_mode, **config.global_batch_info)
+    metrics["actor/kl_clip/raw_kl"] = raw.detach()
+    metrics["actor/kl_clip/clipped_kl"] = clipped.detach()
+    return clipped, metrics
+
+
+def ppo_loss(config: Any, model_output: Any, data: TensorDict, dp_group: Any = None) -> tuple[torch.Tensor, dict]:
+    """verl's ``ppo_loss`` signature and behaviour, with verl_ext's extra inputs and KL clipping."""
+    log_prob = no_padding_2_padding(model_output["log_probs"], data)
+    entropy = model_output.get("entropy", None)
+    if entropy is not None:
+        entropy = no_padding_2_padding(entropy, data)
+    aggregation = _set_global_batch_info(config, data)
+
+    fields = [*BASE_FIELDS, *(k for k in OPTIONAL_FIELDS if k in data.keys())]
+    batch = data.select(*fields).to_padded_tensor()
+    response_mask = batch["response_mask"].to(bool)
+    loss_mode = _policy_loss_mode(config)
+
+    pg_loss, pg_metrics = get_policy_loss_fn(loss_mode)(
+        old_log_prob=batch["old_log_probs"],
+        log_prob=log_prob,
+        advantages=batch["advantages"],
+        response_mask=response_mask,
+        loss_agg_mode=config.loss_agg_mode,
+        config=config,
+        rollout_is_weights=batch.get("rollout_is_weights", None),
+        **policy_loss_extras(config, loss_mode, batch, entropy),
+    )
+    metrics: dict[str, Any] = dict(Metric.from_dict(pg_metrics, aggregation=AggregationType.MEAN))
+    metrics["actor/pg_loss"] = Metric(value=pg_loss, aggregation=aggregation)
+    policy_loss = pg_loss
+
+    if entropy is not None:
+        entropy_loss = agg_loss(
+            loss_mat=entropy, loss_mask=response_mask, loss_agg_mode=config.loss_agg_mode, **config.global_batch_info
+        )
+        policy_loss = policy_loss - config.entropy_coeff * entropy_loss
+        metrics["actor/entropy_loss"] = Metric(value=entropy_loss, aggregation=aggregation)
+
+    if config.use_kl_loss:
+        if "ref_log_prob" not in batch.keys():
+            raise ValueError(
+                "verl_ext: actor_rollout_ref.actor.use_kl_loss=true but the batch has no 'ref_log_prob' "
+                "(the reference policy's log-probs); enable the reference model or set use_kl_loss=false"
+            )
+        kl_term, kl_metrics = kl_loss(config, log_prob, batch["ref_log_prob"], response_mask)
+        policy_loss = policy_loss + kl_term * config.kl_loss_coef
+        metrics["kl_loss"] = Metric(value=kl_term, aggregation=aggregation)
+        metrics["kl_coef"] = config.kl_loss_coef
+        for key, value in kl_metrics.items():
+            agg = AggregationType.MEAN if key == "actor/kl_clip/frac_above" else aggregation
+            metrics[key] = Metric(value=value, aggregation=agg)
+
+    return policy_loss, metrics
+
+
+__all__ = ["kl_loss", "policy_loss_extras", "ppo_loss"]
