@@ -1,0 +1,563 @@
+"""``python -m verl_ext.main_ppo``: config composition, dry run, validation errors, and the trainer hooks
+(``old_entropy``, ``cov_selected``, actor worker) of the V1 and legacy trainers, without a GPU.
+
+The V1 test runs verl's real ``_compute_old_log_prob`` / ``_update_actor`` against a real TransferQueue
+store (local Ray, CPU); only the actor worker group is a stand-in that reads the store the way verl's
+``tqbridge`` does for a real worker.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+
+ROOT = Path(__file__).resolve().parents[1]
+LOSSES = ("clip_cov", "kl_cov", "grpo_erc", "gppo_erc")
+
+# A realistic cluster command line (the model path is a hub id: the dry run never loads it).
+CLUSTER = [
+    "actor_rollout_ref.model.path=Qwen/Qwen2.5-7B-Instruct",
+    "actor_rollout_ref.rollout.name=vllm",
+    "algorithm.adv_estimator=grpo",
+    "data.train_batch_size=64",
+    "actor_rollout_ref.rollout.n=8",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=16",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",
+    "trainer.nnodes=2",
+    "trainer.n_gpus_per_node=8",
+]
+
+# Per-loss overrides, all without `+`; the value the summary must show.
+LOSS_OVERRIDES = {
+    "clip_cov": (["actor_rollout_ref.actor.policy_loss.clip_cov_ratio=0.001"], "clip_cov_ratio=0.001"),
+    "kl_cov": (["actor_rollout_ref.actor.policy_loss.kl_cov_ratio=0.002"], "kl_cov_ratio=0.002"),
+    "grpo_erc": (["actor_rollout_ref.actor.policy_loss.entropy_mask_low=0.95"], "entropy_mask_low=0.95"),
+    "gppo_erc": (["actor_rollout_ref.actor.policy_loss.gppo_beta1=1.0"], "gppo_beta1=1.0"),
+}
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    return env
+
+
+def run_cli(*overrides: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "verl_ext.main_ppo", *overrides],
+        cwd=cwd, env=_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+@pytest.fixture()
+def compose():
+    """Compose verl_ext's top config in-process with ``overrides`` (on top of :data:`CLUSTER`)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    def _compose(*overrides: str, base: tuple = tuple(CLUSTER)):
+        GlobalHydra.instance().clear()
+        with initialize_config_module(config_module="verl_ext.configs", version_base=None):
+            return hydra_compose(config_name="verl_ext_trainer", overrides=[*base, *overrides])
+
+    yield _compose
+    GlobalHydra.instance().clear()
+
+
+def dry(cfg) -> tuple[int, str, str]:
+    from verl_ext.dry_run import dry_run
+
+    out, err = io.StringIO(), io.StringIO()
+    return dry_run(cfg, out=out, err=err), out.getvalue(), err.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Entry point and dry run
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_cli_dry_run_every_loss(loss, tmp_path):
+    """The real command line, one subprocess per loss (trainers alternate; the matrix is in-process)."""
+    use_v1 = loss in ("clip_cov", "grpo_erc")
+    overrides, shown = LOSS_OVERRIDES[loss]
+    proc = run_cli(
+        "verl_ext.dry_run=true", f"policy_loss@actor_rollout_ref.actor.policy_loss={loss}", *CLUSTER, *overrides,
+        f"trainer.use_v1={str(use_v1).lower()}", cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"loss      : {loss} " in proc.stdout and shown in proc.stdout
+    assert ("V1 trainer (trainer.v1.trainer_mode=sync)" if use_v1 else "legacy RayPPOTrainer") in proc.stdout
+    assert "2 node(s) x 8 GPU(s) = 16" in proc.stdout
+    assert "not a local directory" in proc.stdout  # the model was not loaded
+    assert "invalid config" not in proc.stderr
+
+
+def test_cli_bad_value_exits_2_naming_the_key(tmp_path):
+    proc = run_cli(
+        "verl_ext.dry_run=true", "policy_loss@actor_rollout_ref.actor.policy_loss=grpo_erc", *CLUSTER,
+        "actor_rollout_ref.actor.policy_loss.entropy_mask_low=1.5", cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "verl_ext: invalid config: actor_rollout_ref.actor.policy_loss.entropy_mask_low:" in proc.stderr
+    assert "verl_ext dry run" not in proc.stdout
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("use_v1", [True, False])
+def test_dry_run_matrix(compose, loss, use_v1):
+    overrides, shown = LOSS_OVERRIDES[loss]
+    cfg = compose(f"policy_loss@actor_rollout_ref.actor.policy_loss={loss}", *overrides, f"trainer.use_v1={use_v1}")
+    status, out, err = dry(cfg)
+    assert status == 0, err
+    assert f"loss      : {loss} " in out and shown in out
+    assert ("V1 trainer" if use_v1 else "legacy RayPPOTrainer") in out
+    assert ("old_entropy" in out) == (loss in ("grpo_erc", "gppo_erc"))
+    assert ("cov_selected" in out) == (loss in ("clip_cov", "kl_cov"))
+
+
+def test_new_keys_need_no_plus(compose):
+    """Every verl_ext key is in the composed config, so plain overrides reach the built dataclasses."""
+    from verl_ext.dry_run import validate
+
+    cfg = compose(
+        "actor_rollout_ref.actor.policy_loss.loss_mode=gppo_erc",
+        "actor_rollout_ref.actor.policy_loss.entropy_mask_low=0.9",
+        "actor_rollout_ref.actor.policy_loss.entropy_mask_high=1.1",
+        "actor_rollout_ref.actor.policy_loss.gppo_beta1=0.5",
+        "actor_rollout_ref.actor.policy_loss.gppo_beta2=0.25",
+        "actor_rollout_ref.actor.policy_loss.cov_scope=micro",
+        "actor_rollout_ref.actor.policy_loss.cov_seed=7",
+        "actor_rollout_ref.actor.use_kl_loss=true",
+        "actor_rollout_ref.actor.kl_clip_method=soft",
+        "actor_rollout_ref.actor.kl_clip_threshold=0.5",
+        "actor_rollout_ref.actor.use_per_token_kl_threshold=true",
+        "verl_ext.dry_run=true",
+    )
+    actor = validate(cfg).built["actor_rollout_ref.actor"]
+    loss = actor.policy_loss
+    assert (loss.loss_mode, loss.entropy_mask_low, loss.entropy_mask_high) == ("gppo_erc", 0.9, 1.1)
+    assert (loss.gppo_beta1, loss.gppo_beta2, loss.cov_scope, loss.cov_seed) == (0.5, 0.25, "micro", 7)
+    assert (actor.kl_clip_method, actor.kl_clip_threshold, actor.use_per_token_kl_threshold) == ("soft", 0.5, True)
+    assert type(actor).__module__ == "verl_ext.actor_config" and type(loss).__module__ == "verl_ext.config"
+
+
+def test_group_file_sets_its_defaults_and_plain_loss_mode_keeps_base(compose):
+    kl_cov = compose("policy_loss@actor_rollout_ref.actor.policy_loss=kl_cov").actor_rollout_ref.actor.policy_loss
+    assert (kl_cov.loss_mode, kl_cov.kl_cov_ratio, kl_cov.ppo_kl_coef) == ("kl_cov", 0.002, 1.0)
+    plain = compose("actor_rollout_ref.actor.policy_loss.loss_mode=kl_cov").actor_rollout_ref.actor.policy_loss
+    assert (plain.loss_mode, plain.kl_cov_ratio, plain.ppo_kl_coef) == ("kl_cov", 0.0002, 0.1)  # verl's defaults
+    assert plain.cov_scope == "batch" and plain._target_ == "verl_ext.config.PolicyLossConfig"
+    default = compose().actor_rollout_ref.actor.policy_loss
+    assert default.loss_mode == "vanilla" and default.entropy_mask_low == 0.8
+
+
+@pytest.mark.parametrize(
+    "overrides, key, words",
+    [
+        (["actor_rollout_ref.actor.policy_loss.loss_mode=bogus"], "actor_rollout_ref.actor.policy_loss.loss_mode",
+         ["'bogus'", "grpo_erc", "vanilla"]),
+        (["policy_loss@actor_rollout_ref.actor.policy_loss=grpo_erc",
+          "actor_rollout_ref.actor.policy_loss.entropy_mask_high=0.9"],
+         "actor_rollout_ref.actor.policy_loss.entropy_mask_high", ["> 1"]),
+        (["policy_loss@actor_rollout_ref.actor.policy_loss=clip_cov", "actor_rollout_ref.actor.policy_loss.cov_scope=all"],
+         "actor_rollout_ref.actor.policy_loss.cov_scope", ["batch", "micro"]),
+        (["actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_clip_method=bogus"],
+         "actor_rollout_ref.actor.kl_clip_method", ["bogus"]),
+        (["actor_rollout_ref.actor.kl_clip_method=hard"], "actor_rollout_ref.actor.kl_clip_method", ["use_kl_loss"]),
+        (["policy_loss@actor_rollout_ref.actor.policy_loss=gppo_erc", "algorithm.rollout_correction.bypass_mode=true"],
+         "algorithm.rollout_correction.bypass_mode", ["old_entropy"]),
+        (["trainer.v1.trainer_mode=bogus"], "trainer.v1.trainer_mode", ["sync", "separate_async"]),
+        (["verl_ext.dry_run=maybe"], "verl_ext.dry_run", ["true, false"]),
+        (["actor_rollout_ref.actor.strategy=megatron"], "actor_rollout_ref.actor.strategy", ["fsdp2"]),
+        (["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=null"], "actor_rollout_ref.actor",
+         ["ppo_micro_batch_size"]),
+    ],
+)  # fmt: skip
+def test_bad_values_name_the_key(compose, overrides, key, words):
+    status, out, err = dry(compose(*overrides))
+    assert status == 2 and out == ""
+    assert err.startswith(f"verl_ext: invalid config: {key}: "), err
+    assert all(w in err for w in words), err
+
+
+def test_real_run_validates_before_ray_and_picks_the_task_runner(compose, monkeypatch):
+    import verl.trainer.main_ppo as verl_main
+
+    from verl_ext import main_ppo
+    from verl_ext.trainer.legacy import VerlExtTaskRunner
+    from verl_ext.trainer.v1 import VerlExtTaskRunnerV1
+
+    calls = []
+    monkeypatch.setattr(verl_main, "run_ppo", lambda config, task_runner_class: calls.append(task_runner_class))
+    bad = compose("policy_loss@actor_rollout_ref.actor.policy_loss=grpo_erc",
+                  "actor_rollout_ref.actor.policy_loss.entropy_mask_low=-1")  # fmt: skip
+    assert main_ppo.run(bad) == 2 and calls == []
+    assert main_ppo.run(compose("policy_loss@actor_rollout_ref.actor.policy_loss=grpo_erc")) == 0
+    assert main_ppo.run(compose("trainer.use_v1=false")) == 0
+    assert calls == [VerlExtTaskRunnerV1, VerlExtTaskRunner]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Trainer plumbing: registration of trainer classes and the actor worker
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_v1_trainer_registered_only_inside_the_context():
+    from verl.trainer.ppo.v1 import get_trainer_cls
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    from verl_ext.trainer.v1 import VerlExtV1Mixin, v1_trainer_registered
+
+    with v1_trainer_registered("sync") as cls:
+        assert get_trainer_cls("sync") is cls
+        assert issubclass(cls, PPOTrainerSync) and cls.__mro__[1] is VerlExtV1Mixin
+    assert get_trainer_cls("sync") is PPOTrainerSync
+    with pytest.raises(ValueError, match="Unknown trainer 'nope'"):
+        with v1_trainer_registered("nope"):
+            pass
+
+
+def test_legacy_trainer_class_swapped_only_inside_the_context():
+    from verl.trainer import main_ppo_v0
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    from verl_ext.trainer.legacy import VerlExtRayPPOTrainer, legacy_trainer_class
+
+    with legacy_trainer_class():
+        assert main_ppo_v0.RayPPOTrainer is VerlExtRayPPOTrainer
+    assert main_ppo_v0.RayPPOTrainer is RayPPOTrainer
+    with pytest.raises(TypeError):
+        with legacy_trainer_class(dict):
+            pass
+
+
+def test_task_runners_run_verl_ext_trainers(compose, monkeypatch):
+    """verl's TaskRunner.run (replaced here by a probe) sees verl_ext's trainer class; afterwards verl's
+    registry and module are as before."""
+    from verl.trainer import main_ppo_v0
+    from verl.trainer.main_ppo import TaskRunnerV1
+    from verl.trainer.main_ppo_v0 import TaskRunner
+    from verl.trainer.ppo.v1 import get_trainer_cls
+
+    from verl_ext.trainer.legacy import VerlExtRayPPOTrainer, VerlExtTaskRunnerImpl
+    from verl_ext.trainer.v1 import VerlExtTaskRunnerV1Impl, VerlExtV1Mixin
+
+    seen = {}
+    monkeypatch.setattr(TaskRunnerV1.__ray_actor_class__, "run",
+                        lambda self, config: seen.update(v1=get_trainer_cls(config.trainer.v1.trainer_mode)))
+    monkeypatch.setattr(TaskRunner.__ray_actor_class__, "run",
+                        lambda self, config: seen.update(legacy=main_ppo_v0.RayPPOTrainer))  # fmt: skip
+    VerlExtTaskRunnerV1Impl().run(compose("trainer.v1.trainer_mode=colocate_async"))
+    VerlExtTaskRunnerImpl().run(compose("trainer.use_v1=false"))
+    assert issubclass(seen["v1"], VerlExtV1Mixin) and seen["v1"].__name__ == "VerlExtPPOTrainerColocateAsync"
+    assert seen["legacy"] is VerlExtRayPPOTrainer
+    assert not issubclass(get_trainer_cls("colocate_async"), VerlExtV1Mixin)
+    assert main_ppo_v0.RayPPOTrainer is not VerlExtRayPPOTrainer
+
+
+def test_actor_roles_run_verl_ext_worker(compose):
+    from verl.experimental.separation.engine_workers import DetachActorWorker
+    from verl.trainer.ppo.utils import Role
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+    from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
+
+    from verl_ext.engine_entropy import VerlExtActorRolloutRefWorker
+    from verl_ext.trainer.legacy import VerlExtTaskRunnerImpl
+    from verl_ext.trainer.v1 import make_v1_trainer
+    from verl_ext.trainer.workers import unwrap_ray_class, verl_ext_worker_cls
+
+    cfg = compose("actor_rollout_ref.actor.use_kl_loss=true", "critic.enable=true",
+                  "critic.ppo_micro_batch_size_per_gpu=2")  # fmt: skip
+    # V1: verl's own _init_resource_pool_mgr, then the mixin's mapping
+    trainer = object.__new__(make_v1_trainer(PPOTrainerSync))
+    trainer.config = cfg
+    trainer._init_resource_pool_mgr()
+    assert unwrap_ray_class(trainer.role_worker_mapping[Role.ActorRolloutRef]) is VerlExtActorRolloutRefWorker
+    assert unwrap_ray_class(trainer.role_worker_mapping[Role.Critic]) is TrainingWorker
+    # legacy TaskRunner
+    runner = VerlExtTaskRunnerImpl()
+    actor_cls, _ = runner.add_actor_rollout_worker(cfg)
+    assert actor_cls is VerlExtActorRolloutRefWorker
+    assert unwrap_ray_class(runner.role_worker_mapping[Role.ActorRolloutRef]) is VerlExtActorRolloutRefWorker
+    # a verl subclass (separate-async trainer's worker) keeps its own methods too
+    combined = verl_ext_worker_cls(DetachActorWorker)
+    assert combined.__mro__[1:3] == (VerlExtActorRolloutRefWorker, DetachActorWorker)
+    assert verl_ext_worker_cls(ActorRolloutRefWorker) is VerlExtActorRolloutRefWorker
+    with pytest.raises(TypeError, match="not a verl ActorRolloutRefWorker"):
+        verl_ext_worker_cls(TrainingWorker)
+
+
+def test_selection_step_is_unique_per_update():
+    from verl_ext.trainer.hooks import selection_step
+
+    steps = {selection_step(g, t, 4) for g in range(1, 6) for t in range(4)}
+    assert len(steps) == 20
+    assert selection_step(3) == 3 and selection_step(3, 1, 4) == 13
+
+
+# ---------------------------------------------------------------------------------------------------
+# Legacy trainer hooks on DataProto (no Ray)
+# ---------------------------------------------------------------------------------------------------
+
+PROMPT_LENS, RESPONSE_LENS, P, R = [3, 4, 2, 4], [5, 2, 4, 3], 4, 5
+
+
+def legacy_batch(seed: int = 0, old_log_probs: bool = True):
+    """A left/right padded 4-row batch as the legacy trainer holds it after computing advantages (or,
+    with ``old_log_probs=False``, before the old-log-prob pass)."""
+    from verl import DataProto
+
+    g = torch.Generator().manual_seed(seed)
+    b = len(PROMPT_LENS)
+    attention = torch.zeros(b, P + R, dtype=torch.int64)
+    response_mask = torch.zeros(b, R, dtype=torch.int64)
+    for i, (p, r) in enumerate(zip(PROMPT_LENS, RESPONSE_LENS)):
+        attention[i, P - p : P + r] = 1
+        response_mask[i, :r] = 1
+    position_ids = (attention.cumsum(-1) - 1).clamp(min=0)
+    input_ids = torch.randint(5, 100, (b, P + R), generator=g) * attention
+    fields = {
+        "input_ids": input_ids, "attention_mask": attention, "position_ids": position_ids,
+        "prompts": input_ids[:, :P], "responses": input_ids[:, P:], "response_mask": response_mask,
+        "advantages": torch.randn(b, R, generator=g) * response_mask,
+        "old_log_probs": -torch.rand(b, R, generator=g) * 3 * response_mask,
+        "row_id": torch.arange(b),
+    }  # fmt: skip
+    if not old_log_probs:
+        del fields["old_log_probs"]
+    return DataProto.from_dict(fields)
+
+
+class FakeLegacyWorkerGroup:
+    """Stands in for the actor worker group: per-token outputs of the unpadded sequences, and a record of
+    what ``update_actor`` received."""
+
+    def __init__(self):
+        self.updates = []
+
+    def compute_log_prob(self, batch_td):
+        from verl.utils import tensordict_utils as tu
+
+        lens = batch_td["input_ids"].offsets().diff().tolist()
+        rows = [torch.arange(n, dtype=torch.float32) + 100 * i for i, n in enumerate(lens)]
+        nested = torch.nested.as_nested_tensor(rows, layout=torch.jagged)
+        return tu.get_tensordict({"log_probs": -nested.clone(), "entropy": nested}, non_tensor_dict={"metrics": {"mfu": 0.5}})
+
+    def update_actor(self, batch_td):
+        from verl.utils import tensordict_utils as tu
+
+        self.updates.append(batch_td)
+        return tu.get_tensordict({}, non_tensor_dict={"metrics": {"mfu": 0.1, "pg_loss": [0.0]}})
+
+
+def legacy_trainer(compose, *overrides):
+    from verl_ext.trainer.legacy import VerlExtRayPPOTrainer
+
+    trainer = object.__new__(VerlExtRayPPOTrainer)
+    trainer.config = compose("trainer.use_v1=false", *overrides)
+    trainer.actor_rollout_wg = FakeLegacyWorkerGroup()
+    trainer.global_steps = 3
+    return trainer
+
+
+def expected_response_entropy() -> torch.Tensor:
+    """Oracle for the fake worker: the response token j of row i sits at sequence position p_i - 1 + j."""
+    out = torch.zeros(len(PROMPT_LENS), R)
+    for i, (p, r) in enumerate(zip(PROMPT_LENS, RESPONSE_LENS)):
+        out[i, :r] = torch.arange(p - 1, p - 1 + r, dtype=torch.float32) + 100 * i
+    return out
+
+
+@pytest.mark.parametrize("loss", ["grpo_erc", "vanilla"])
+def test_legacy_old_entropy_survives_fit_pop(compose, loss):
+    trainer = legacy_trainer(compose, f"actor_rollout_ref.actor.policy_loss.loss_mode={loss}")
+    batch = legacy_batch(old_log_probs=False)
+    old_log_prob, _ = trainer._compute_old_log_prob(batch)
+    old_log_prob.batch.pop("entropys")  # what verl's fit() does next
+    batch = batch.union(old_log_prob)
+    if loss == "vanilla":
+        assert "old_entropy" not in batch.batch.keys()
+        return
+    assert torch.equal(batch.batch["old_entropy"], expected_response_entropy())
+    trainer._update_actor(batch)
+    sent = trainer.actor_rollout_wg.updates[-1]
+    assert torch.equal(sent["old_entropy"], expected_response_entropy())  # reaches the actor update
+
+
+def _kl_cov_oracle(batch, ratio: float) -> torch.Tensor:
+    """Top floor(ratio * N) valid tokens by (A - mean A)(old - mean old), computed independently."""
+    mask = batch.batch["response_mask"].bool()
+    adv, old = batch.batch["advantages"].double(), batch.batch["old_log_probs"].double()
+    cov = (adv - adv[mask].mean()) * (old - old[mask].mean())
+    k = max(1, int(ratio * mask.sum().item()))
+    flat = torch.where(mask, cov, torch.tensor(float("-inf"), dtype=torch.float64)).flatten()
+    chosen = torch.zeros(flat.numel(), dtype=torch.bool)
+    chosen[flat.topk(k).indices] = True
+    return chosen.view_as(mask)
+
+
+def test_legacy_cov_selected_reaches_every_mini_batch(compose):
+    from verl.utils import tensordict_utils as tu
+
+    trainer = legacy_trainer(compose, "policy_loss@actor_rollout_ref.actor.policy_loss=kl_cov",
+                             "actor_rollout_ref.actor.policy_loss.kl_cov_ratio=0.2")  # fmt: skip
+    batch = legacy_batch()
+    output = trainer._update_actor(batch)
+    assert "cov_selected" not in batch.batch.keys()  # the step's own batch is left alone
+    sent = trainer.actor_rollout_wg.updates[-1]
+    oracle = _kl_cov_oracle(batch, 0.2)
+    assert sent["cov_selected"].dtype == torch.bool and torch.equal(sent["cov_selected"], oracle)
+    assert int(oracle.sum()) == int(0.2 * sum(RESPONSE_LENS))
+    metrics = output.meta_info["metrics"]
+    assert metrics["actor/kl_cov/batch_selected_frac"] == pytest.approx(oracle.sum().item() / sum(RESPONSE_LENS))
+    # the worker splits the batch into shuffled mini-batches: each row keeps its own selection
+    seen = []
+    for mini in tu.make_iterator(sent.select("cov_selected", "row_id"), mini_batch_size=2, epochs=1, seed=1,
+                                 dataloader_kwargs={"shuffle": True}):  # fmt: skip
+        for row, selected in zip(mini["row_id"].tolist(), mini["cov_selected"]):
+            assert torch.equal(selected, oracle[row])
+            seen.append(row)
+    assert sorted(seen) == [0, 1, 2, 3]
+
+
+def test_legacy_micro_scope_sends_no_selection(compose):
+    trainer = legacy_trainer(compose, "policy_loss@actor_rollout_ref.actor.policy_loss=clip_cov",
+                             "actor_rollout_ref.actor.policy_loss.cov_scope=micro")  # fmt: skip
+    trainer._update_actor(legacy_batch())
+    assert "cov_selected" not in trainer.actor_rollout_wg.updates[-1].keys()
+
+
+def test_legacy_clip_cov_selection_depends_on_step_and_seed(compose):
+    overrides = ["policy_loss@actor_rollout_ref.actor.policy_loss=clip_cov",
+                 "actor_rollout_ref.actor.policy_loss.clip_cov_ratio=0.3",
+                 "actor_rollout_ref.actor.policy_loss.clip_cov_lb=-100", "actor_rollout_ref.actor.policy_loss.clip_cov_ub=100"]  # fmt: skip
+
+    def selection(step: int, *extra: str) -> torch.Tensor:
+        trainer = legacy_trainer(compose, *overrides, *extra)
+        trainer.global_steps = step
+        trainer._update_actor(legacy_batch())
+        return trainer.actor_rollout_wg.updates[-1]["cov_selected"]
+
+    first = selection(1)
+    assert int(first.sum()) == int(0.3 * sum(RESPONSE_LENS))
+    assert torch.equal(first, selection(1))  # reproducible
+    draws = {tuple(selection(s).flatten().tolist()) for s in range(1, 6)}
+    assert len(draws) > 1  # a fresh draw per step
+
+
+# ---------------------------------------------------------------------------------------------------
+# V1 trainer hooks against a real TransferQueue store (local Ray, CPU)
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def transfer_queue():
+    pytest.importorskip("transfer_queue", reason="the V1 trainer needs the TransferQueue package")
+    import ray
+    import transfer_queue as tq
+    from omegaconf import OmegaConf
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
+    yield tq
+    tq.close()
+    if started:
+        ray.shutdown()
+
+
+def _nested(rows):
+    return torch.nested.as_nested_tensor(rows, layout=torch.jagged)
+
+
+class FakeV1WorkerGroup:
+    """Stands in for the actor worker group of the V1 trainer. Like verl's ``tqbridge`` on a real worker,
+    it turns the ``KVBatchMeta`` it gets into the batch ``TensorDict`` (only the fields the meta lists)."""
+
+    def __init__(self, tq):
+        self.tq, self.updates = tq, []
+
+    def compute_log_prob(self, meta):
+        from verl.utils.transferqueue_utils import _meta_to_realdata
+
+        data = _meta_to_realdata(meta)
+        lens = data["input_ids"].offsets().diff().tolist()
+        rows = [torch.arange(n, dtype=torch.float32) + 100 * i for i, n in enumerate(lens)]
+        fields = TensorDict({"log_probs": -_nested(rows), "entropy": _nested(rows)}, batch_size=len(lens))
+        return self.tq.kv_batch_put(keys=meta.keys, partition_id=meta.partition_id, fields=fields)
+
+    def update_actor(self, meta):
+        from verl.utils.transferqueue_utils import _meta_to_realdata
+
+        self.updates.append(_meta_to_realdata(meta))
+        return {"metrics": {"mfu": 0.1, "pg_loss": [0.0]}}
+
+
+def v1_put_batch(tq, tag: str):
+    """Put a 4-sample batch (nested, as the agent loop and advantage step store it) under fresh keys."""
+    g = torch.Generator().manual_seed(0)
+    keys = [f"{tag}_{i}" for i in range(len(PROMPT_LENS))]
+    fields = TensorDict({
+        "input_ids": _nested([torch.randint(5, 100, (p + r,), generator=g) for p, r in zip(PROMPT_LENS, RESPONSE_LENS)]),
+        "response_mask": _nested([torch.ones(r, dtype=torch.int64) for r in RESPONSE_LENS]),
+        "advantages": _nested([torch.randn(r, generator=g) for r in RESPONSE_LENS]),
+        "row_id": torch.arange(len(keys)),
+    }, batch_size=len(keys))  # fmt: skip
+    return tq.kv_batch_put(keys=keys, partition_id="train", fields=fields, tags=[{} for _ in keys])
+
+
+def v1_trainer(compose, tq, *overrides):
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    from verl_ext.trainer.v1 import make_v1_trainer
+
+    trainer = object.__new__(make_v1_trainer(PPOTrainerSync))
+    trainer.config = compose("actor_rollout_ref.rollout.calculate_log_probs=false", *overrides)
+    trainer.actor_rollout_wg = FakeV1WorkerGroup(tq)
+    trainer.global_steps, trainer.local_trigger_step, trainer.parameter_sync_step = 2, 0, 1
+    return trainer
+
+
+def test_v1_old_entropy_and_cov_selected_reach_the_update_batch(compose, transfer_queue):
+    tq = transfer_queue
+    # ERC: verl's _compute_old_log_prob stores `entropy`; the update batch must carry it as old_entropy
+    trainer = v1_trainer(compose, tq, "policy_loss@actor_rollout_ref.actor.policy_loss=grpo_erc")
+    batch = trainer._compute_old_log_prob(v1_put_batch(tq, "erc"), metrics={})
+    assert "old_entropy" in batch.fields
+    trainer._update_actor(batch, metrics={})
+    sent = trainer.actor_rollout_wg.updates[-1]
+    assert torch.equal(sent["old_entropy"].to_padded_tensor(0.0), expected_response_entropy())
+    assert "cov_selected" not in sent.keys()
+
+    # KL-Cov, batch scope: cov_selected over the whole batch, in the same jagged layout as old_log_probs
+    trainer = v1_trainer(compose, tq, "policy_loss@actor_rollout_ref.actor.policy_loss=kl_cov",
+                         "actor_rollout_ref.actor.policy_loss.kl_cov_ratio=0.2")  # fmt: skip
+    batch = trainer._compute_old_log_prob(v1_put_batch(tq, "klcov"), metrics={})
+    assert "old_entropy" not in batch.fields
+    metrics: dict = {}
+    trainer._update_actor(batch, metrics=metrics)
+    sent = trainer.actor_rollout_wg.updates[-1]
+    padded = sent.select("advantages", "old_log_probs", "response_mask", "cov_selected").to_padded_tensor()
+    from verl import DataProto
+
+    oracle = _kl_cov_oracle(DataProto.from_dict({k: padded[k] for k in ("advantages", "old_log_probs",
+                                                                          "response_mask")}), 0.2)  # fmt: skip
+    assert sent["cov_selected"].is_nested and sent["cov_selected"].dtype == torch.bool
+    assert sent["cov_selected"].offsets().tolist() == sent["old_log_probs"].offsets().tolist()
+    assert torch.equal(padded["cov_selected"], oracle) and int(oracle.sum()) == int(0.2 * sum(RESPONSE_LENS))
+    assert metrics["actor/kl_cov/batch_selected_frac"] == pytest.approx(float(oracle.sum()) / sum(RESPONSE_LENS))
+    assert np.isfinite(metrics["actor/kl_cov/batch_cov_selected_max"])

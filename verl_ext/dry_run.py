@@ -1,0 +1,239 @@
+"""``verl_ext.dry_run=true``: compose, build, validate, summarise and exit, without Ray or a GPU.
+
+:func:`validate` builds the dataclasses verl builds from the config (actor, reference, rollout with its
+checkpoint engine, critic, algorithm, skip, distillation, V1 hybrid-rollout switch; the model only from a
+local directory; not ``reward``, which verl 0.9.1 itself never builds and cannot build), runs verl's ``validate_config`` and verl_ext's checks (:mod:`verl_ext.trainer.validation`),
+and returns a summary. :func:`dry_run` prints it and returns the exit status: 0, or 2 after
+``verl_ext: invalid config: <key>: <message>``. ``verl_ext.main_ppo`` runs the same :func:`validate`
+before every real run, so a bad value fails there the same way, before Ray starts.
+
+Model-free: ``actor_rollout_ref.model`` (and the critic's model) are only loaded when the path is a
+local directory; otherwise the dry run says so and checks the critic with its model left out.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from verl_ext.trainer.validation import ConfigError, check_loss_mode, check_strategy, check_verl_ext
+
+EXIT_INVALID = 2
+
+_TOP_KEYS = ("actor_rollout_ref", "critic", "algorithm", "data", "trainer", "reward", "distillation",
+             "global_profiler", "transfer_queue", "ray_kwargs", "skip")  # fmt: skip
+# (not "verl_ext": module names such as verl_ext.actor_config would read as keys; its keys raise ConfigError)
+_KEY_IN_TEXT = re.compile(r"\b((?:%s)(?:\.[A-Za-z_][\w]*)+)" % "|".join(_TOP_KEYS))
+_FULL_KEY = re.compile(r"full_key:\s*(\S+)")
+_OMEGACONF_DETAILS = ("full_key:", "object_type=", "reference_type=")
+
+LOSS_KEYS = {
+    "clip_cov": ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "cov_scope", "cov_seed"),
+    "kl_cov": ("kl_cov_ratio", "ppo_kl_coef", "cov_scope"),
+    "grpo_erc": ("entropy_mask_low", "entropy_mask_high"),
+    "gppo_erc": ("entropy_mask_low", "entropy_mask_high", "gppo_beta1", "gppo_beta2"),
+}
+"""The hyperparameters of each verl_ext loss shown in the summary (keys of ``policy_loss``)."""
+
+
+@dataclass
+class Validated:
+    """What :func:`validate` built and found."""
+
+    built: dict[str, Any] = field(default_factory=dict)
+    """Config section -> built dataclass."""
+
+    facts: dict[str, Any] = field(default_factory=dict)
+    """verl_ext's findings (:func:`verl_ext.trainer.validation.check_verl_ext`)."""
+
+    notes: list[str] = field(default_factory=list)
+    """Checks left out, and why."""
+
+
+def error_key_and_message(exc: BaseException, default_key: str) -> tuple[str, str]:
+    """The config key an exception is about, and its innermost message.
+
+    Order: a :class:`ConfigError`'s key; a full config key quoted in the innermost message (verl_ext's
+    messages start with ``<key>=<value>``); the ``full_key:`` of an OmegaConf or Hydra instantiation
+    error; ``default_key``. OmegaConf's detail lines are dropped from the message.
+    """
+    if isinstance(exc, ConfigError):
+        return exc.key, exc.message
+    inner = exc
+    while inner.__cause__ is not None and inner.__cause__ is not inner:
+        inner = inner.__cause__
+    if isinstance(inner, ConfigError):
+        return inner.key, inner.message
+    lines = [line.strip() for line in str(inner).splitlines()]
+    message = " ".join(line for line in lines if line and not line.startswith(_OMEGACONF_DETAILS))
+    message = message or type(inner).__name__
+    found = _KEY_IN_TEXT.search(message)
+    if found:
+        return found.group(1), message
+    found = _FULL_KEY.search(str(inner)) or _FULL_KEY.search(str(exc))
+    return (found.group(1) if found else default_key), message
+
+
+def _build(key: str, node: Any, validated: Validated) -> Any:
+    from verl.utils.config import omega_conf_to_dataclass
+
+    try:
+        obj = omega_conf_to_dataclass(node)
+    except Exception as exc:
+        raise ConfigError(*error_key_and_message(exc, key)) from exc
+    validated.built[key] = obj
+    return obj
+
+
+def _local_model(config: DictConfig, key: str) -> bool:
+    path = OmegaConf.select(config, f"{key}.path")
+    return isinstance(path, str) and os.path.isdir(os.path.expanduser(path))
+
+
+def _ref_node(config: DictConfig) -> DictConfig:
+    """The reference-policy node as verl's ``ActorRolloutRefWorker.init_model`` renames it (on a copy)."""
+    ref = copy.deepcopy(config.actor_rollout_ref.ref)
+    with open_dict(ref):
+        ref.ppo_mini_batch_size = config.actor_rollout_ref.actor.ppo_mini_batch_size
+        ref.ppo_micro_batch_size = ref.pop("log_prob_micro_batch_size", None)
+        ref.ppo_micro_batch_size_per_gpu = ref.pop("log_prob_micro_batch_size_per_gpu", None)
+        ref.use_dynamic_bsz = ref.pop("log_prob_use_dynamic_bsz", False)
+        ref.ppo_max_token_len_per_gpu = ref.pop("log_prob_max_token_len_per_gpu", None)
+    return ref
+
+
+def validate(config: DictConfig, load_models: bool = False) -> Validated:
+    """Build verl's dataclasses and run verl's and verl_ext's checks; raise :class:`ConfigError`.
+
+    ``load_models``: build ``HFModelConfig`` (loads the tokenizer and model config) also for paths that
+    are not local directories. The dry run passes ``False``; it never downloads.
+    """
+    from verl.trainer.distillation import is_distillation_enabled
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    validated = Validated()
+    dry = OmegaConf.select(config, "verl_ext.dry_run", default=False)
+    if not isinstance(dry, bool):
+        raise ConfigError("verl_ext.dry_run", f"{dry!r} is not a boolean; allowed: true, false")
+    # cheap checks first: an unknown loss or engine is reported as such, not as a failure in verl's code
+    check_loss_mode(config)
+    check_strategy(config)
+
+    actor_model = load_models or _local_model(config, "actor_rollout_ref.model")
+    use_critic, use_ref = need_critic(config), need_reference_policy(config)
+    critic_model = use_critic and (load_models or _local_model(config, "critic.model"))
+    try:
+        validate_config(config=config, use_reference_policy=use_ref, use_critic=critic_model)
+    except Exception as exc:
+        raise ConfigError(*error_key_and_message(exc, "actor_rollout_ref")) from exc
+
+    n_gpus = config.trainer.n_gpus_per_node * config.trainer.nnodes
+    actor = _build("actor_rollout_ref.actor", config.actor_rollout_ref.actor, validated)
+    if use_ref:
+        _build("actor_rollout_ref.ref", _ref_node(config), validated)
+    _build("actor_rollout_ref.rollout", config.actor_rollout_ref.rollout, validated)
+    if actor_model:
+        _build("actor_rollout_ref.model", config.actor_rollout_ref.model, validated)
+    else:
+        validated.notes.append(f"actor_rollout_ref.model.path={config.actor_rollout_ref.model.path} is not a "
+                               "local directory: tokenizer and model config not loaded")  # fmt: skip
+    if critic_model:
+        validated.built["critic"] = "built and validated by verl's validate_config"
+    elif use_critic:
+        critic = copy.deepcopy(config.critic)
+        with open_dict(critic):
+            critic.model = None
+        built = _build("critic", critic, validated)
+        try:
+            built.validate(n_gpus, config.data.train_batch_size)
+        except Exception as exc:
+            raise ConfigError(*error_key_and_message(exc, "critic")) from exc
+        validated.notes.append("critic checked without loading critic.model")
+    for key in ("algorithm", "skip"):
+        if OmegaConf.select(config, key) is not None:
+            _build(key, config[key], validated)
+    if is_distillation_enabled(config.get("distillation")):
+        _build("distillation", config.distillation, validated)
+    mode = OmegaConf.select(config, "trainer.v1.trainer_mode")
+    if config.trainer.get("use_v1", True) and mode == "separate_async":
+        _build("trainer.v1.separate_async.hybrid_rollout", config.trainer.v1.separate_async.hybrid_rollout,
+               validated)  # fmt: skip
+
+    validated.facts = check_verl_ext(config, actor)
+    return validated
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    return "null" if value is None else str(value)
+
+
+def summary(config: DictConfig, validated: Validated) -> str:
+    """A short, human-readable summary of a validated config."""
+    actor = config.actor_rollout_ref.actor
+    loss = actor.policy_loss
+    mode = validated.facts.get("loss_mode", loss.loss_mode)
+    rollout = config.actor_rollout_ref.rollout
+    trainer = config.trainer
+    ratio_low = actor.clip_ratio_low if actor.get("clip_ratio_low") is not None else actor.clip_ratio
+    ratio_high = actor.clip_ratio_high if actor.get("clip_ratio_high") is not None else actor.clip_ratio
+    loss_params = " ".join(f"{k}={_fmt(loss.get(k))}" for k in LOSS_KEYS.get(mode, ()))
+    if actor.use_dynamic_bsz:
+        micro = f"dynamic, ppo_max_token_len_per_gpu={_fmt(actor.ppo_max_token_len_per_gpu)}"
+    else:
+        micro = f"ppo_micro_batch_size_per_gpu={_fmt(actor.ppo_micro_batch_size_per_gpu)}"
+    lines = [
+        "verl_ext dry run: the configuration is valid",
+        f"  trainer   : {validated.facts.get('trainer')}",
+        f"  cluster   : {trainer.nnodes} node(s) x {trainer.n_gpus_per_node} GPU(s) = "
+        f"{trainer.nnodes * trainer.n_gpus_per_node} (device {trainer.device}), rollout {rollout.name}",
+        f"  model     : {config.actor_rollout_ref.model.path}",
+        f"  loss      : {mode} {loss_params}".rstrip(),
+        f"  clip      : clip_ratio_low={_fmt(ratio_low)} clip_ratio_high={_fmt(ratio_high)} "
+        f"clip_ratio_c={_fmt(actor.clip_ratio_c)} loss_agg_mode={actor.loss_agg_mode}",
+        f"  kl        : use_kl_loss={_fmt(actor.use_kl_loss)} kl_loss_coef={_fmt(actor.kl_loss_coef)} "
+        f"kl_loss_type={actor.kl_loss_type} kl_clip_method={_fmt(actor.get('kl_clip_method'))} "
+        f"kl_clip_threshold={_fmt(actor.get('kl_clip_threshold'))} "
+        f"use_per_token_kl_threshold={_fmt(actor.get('use_per_token_kl_threshold'))} "
+        f"use_kl_in_reward={_fmt(config.algorithm.use_kl_in_reward)}",
+        f"  advantage : {config.algorithm.adv_estimator} entropy_coeff={_fmt(actor.entropy_coeff)}",
+        f"  batch     : train_batch_size={config.data.train_batch_size} x rollout.n={rollout.n}, "
+        f"ppo_mini_batch_size={actor.ppo_mini_batch_size} (x n), {micro}, ppo_epochs={actor.ppo_epochs}",
+    ]
+    if validated.facts.get("old_entropy"):
+        lines.append("  entropy   : old-log-prob entropy kept as batch field old_entropy; current entropy "
+                     "computed without autograd graph in the update forward")  # fmt: skip
+    if validated.facts.get("cov_selected"):
+        lines.append("  selection : batch scope, computed on the driver before each actor update "
+                     "(batch field cov_selected)")  # fmt: skip
+    lines.append(f"  built     : {', '.join(sorted(validated.built))}")
+    lines += [f"  note      : {note}" for note in validated.notes]
+    return "\n".join(lines)
+
+
+def error_line(exc: ConfigError) -> str:
+    """The one-line report of an invalid config value."""
+    return f"verl_ext: invalid config: {exc.key}: {exc.message}"
+
+
+def dry_run(config: DictConfig, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Validate ``config``; print the summary to ``out`` (stdout) and return 0, or print the error line
+    to ``err`` (stderr) and return 2."""
+    try:
+        validated = validate(config, load_models=False)
+    except ConfigError as exc:
+        print(error_line(exc), file=err or sys.stderr)
+        return EXIT_INVALID
+    print(summary(config, validated), file=out or sys.stdout)
+    return 0
+
+
+__all__ = ["EXIT_INVALID", "Validated", "dry_run", "error_key_and_message", "error_line", "summary", "validate"]

@@ -1,0 +1,167 @@
+"""Driver-side batch hooks shared by verl_ext's V1 and legacy trainers (pure functions, no Ray).
+
+Two batch fields reach the actor loss (``verl_ext.actor_loss.ppo_loss``) through the training batch, so
+that verl splits them into mini- and micro-batches together with every other field:
+
+* ``old_entropy`` (ERC losses ``grpo_erc`` / ``gppo_erc``): the per-token entropy of the old policy.
+  verl's old-log-prob pass already computes it (``calculate_entropy=True``) but only logs it: the legacy
+  trainer pops ``entropys`` in ``fit()``, the V1 trainer stores it as field ``entropy``. The hooks keep
+  it under the name the loss reads. No extra forward pass.
+* ``cov_selected`` (``clip_cov`` / ``kl_cov`` with ``policy_loss.cov_scope=batch``): the tokens chosen
+  by :func:`verl_ext.selection.select_tokens_for_batch` over the whole training batch, right before the
+  actor update, from the advantages and the old log-probs already in the batch. No extra forward pass.
+
+The legacy trainer holds padded ``(batch, response_len)`` tensors in a ``DataProto``; the V1 trainer
+holds jagged (nested) per-response tensors in the TransferQueue store. Both forms are handled here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+from verl.workers.utils.padding import response_to_nested
+
+from verl_ext.losses import COV_LOSSES, ERC_LOSSES
+from verl_ext.selection import select_tokens_for_batch
+
+OLD_ENTROPY = "old_entropy"
+"""Batch field holding the old policy's per-token entropy (ERC losses)."""
+
+COV_SELECTED = "cov_selected"
+"""Batch field holding the batch-scope Clip-Cov / KL-Cov selection (bool)."""
+
+LEGACY_ENTROPY = "entropys"
+"""Field of the legacy trainer's old-log-prob output that holds the entropy (popped by verl's ``fit``)."""
+
+V1_ENTROPY = "entropy"
+"""TransferQueue field where the V1 trainer's old-log-prob pass stores the entropy."""
+
+SELECTION_INPUTS = ("advantages", "old_log_probs", "response_mask")
+"""Batch fields :func:`select_cov_tokens` reads."""
+
+
+def _get(node: Any, key: str, default: Any = None) -> Any:
+    if node is None:
+        return default
+    if isinstance(node, Mapping):
+        return node.get(key, default)
+    return getattr(node, key, default)
+
+
+def loss_mode(actor_config: Any) -> str:
+    """``actor_config.policy_loss.loss_mode`` (``vanilla`` if unset); OmegaConf node, dataclass or dict."""
+    return str(_get(_get(actor_config, "policy_loss"), "loss_mode", "vanilla"))
+
+
+def needs_old_entropy(actor_config: Any) -> bool:
+    """True for the ERC losses, which mask by ``H / H_old`` and so need ``old_entropy``."""
+    return loss_mode(actor_config) in ERC_LOSSES
+
+
+def needs_batch_selection(actor_config: Any) -> bool:
+    """True for ``clip_cov`` / ``kl_cov`` with ``policy_loss.cov_scope == "batch"`` (the default)."""
+    scope = _get(_get(actor_config, "policy_loss"), "cov_scope", "batch")
+    return loss_mode(actor_config) in COV_LOSSES and (scope or "batch") == "batch"
+
+
+# ----------------------------------------------------------------------------------------------------
+# old_entropy
+# ----------------------------------------------------------------------------------------------------
+
+
+def keep_old_entropy(old_log_prob_batch: TensorDict | Mapping, source: str) -> None:
+    """Store ``old_log_prob_batch[source]`` (the old pass's entropy) as field ``old_entropy`` as well.
+
+    ``old_log_prob_batch`` is the legacy trainer's ``DataProto.batch`` (``source="entropys"``, which verl
+    pops afterwards) or a TransferQueue ``TensorDict`` (``source="entropy"``). The tensor is shared, not
+    copied. Raises ``KeyError`` naming the missing field if the old-log-prob pass returned no entropy.
+    """
+    if source not in old_log_prob_batch.keys():
+        raise KeyError(
+            f"verl_ext: the old-log-prob pass returned no {source!r} field, so the ERC loss would get no "
+            f"old-policy entropy (present: {sorted(old_log_prob_batch.keys())})"
+        )
+    old_log_prob_batch[OLD_ENTROPY] = old_log_prob_batch[source]
+
+
+# ----------------------------------------------------------------------------------------------------
+# cov_selected
+# ----------------------------------------------------------------------------------------------------
+
+
+def selection_step(global_steps: int, local_step: int = 0, steps_per_global: int = 1) -> int:
+    """The step number mixed into the Clip-Cov seed: unique per actor update, and the same after a resume
+    from a checkpoint (it depends on ``global_steps`` only, plus the V1 sub-step within it)."""
+    return int(global_steps) * max(1, int(steps_per_global)) + int(local_step)
+
+
+def select_cov_tokens(
+    advantages: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    response_mask: torch.Tensor,
+    actor_config: Any,
+    step: int,
+    metrics: dict | None = None,
+) -> torch.Tensor:
+    """Batch-scope selection on padded ``(batch, response_len)`` tensors; returns a bool mask.
+
+    ``metrics`` (optional) receives the batch-level statistics as floats under
+    ``actor/<loss>/batch_selected_frac``, ``actor/<loss>/batch_cov_selected_mean`` and
+    ``actor/<loss>/batch_cov_selected_max`` (the loss reports its own per-micro-batch values under the
+    names without ``batch_``).
+    """
+    mode = loss_mode(actor_config)
+    raw: dict[str, torch.Tensor] = {}
+    selected = select_tokens_for_batch(
+        mode, advantages, old_log_probs, response_mask, actor_config, step=step, metrics=raw
+    )
+    if metrics is not None:
+        prefix = f"actor/{mode}/"
+        for key, value in raw.items():
+            name = key[len(prefix):] if key.startswith(prefix) else key
+            metrics[f"{prefix}batch_{name}"] = float(value)
+    return selected.bool()
+
+
+def add_cov_selected(batch: TensorDict | Mapping, actor_config: Any, step: int, metrics: dict | None = None) -> None:
+    """Legacy trainer: add ``cov_selected`` to a padded batch (``DataProto.batch``) in place."""
+    missing = [k for k in SELECTION_INPUTS if k not in batch.keys()]
+    if missing:
+        raise KeyError(f"verl_ext: batch-scope covariance selection needs batch fields {missing}")
+    batch[COV_SELECTED] = select_cov_tokens(
+        batch["advantages"], batch["old_log_probs"], batch["response_mask"], actor_config, step, metrics
+    )
+
+
+def cov_selected_nested(data: TensorDict, actor_config: Any, step: int, metrics: dict | None = None) -> TensorDict:
+    """V1 trainer: from a TransferQueue ``TensorDict`` holding the jagged ``SELECTION_INPUTS``, return a
+    ``TensorDict`` with the jagged bool field ``cov_selected`` (same layout as ``old_log_probs``)."""
+    missing = [k for k in SELECTION_INPUTS if k not in data.keys()]
+    if missing:
+        raise KeyError(f"verl_ext: batch-scope covariance selection needs batch fields {missing}")
+    response_mask = data["response_mask"]
+    padded = data.select(*SELECTION_INPUTS).to_padded_tensor()
+    selected = select_cov_tokens(
+        padded["advantages"], padded["old_log_probs"], padded["response_mask"], actor_config, step, metrics
+    )
+    if response_mask.is_nested:
+        selected = response_to_nested(selected, response_mask)
+    return TensorDict({COV_SELECTED: selected}, batch_size=data.batch_size)
+
+
+__all__ = [
+    "COV_SELECTED",
+    "OLD_ENTROPY",
+    "SELECTION_INPUTS",
+    "add_cov_selected",
+    "cov_selected_nested",
+    "keep_old_entropy",
+    "loss_mode",
+    "needs_batch_selection",
+    "needs_old_entropy",
+    "select_cov_tokens",
+    "selection_step",
+]

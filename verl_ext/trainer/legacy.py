@@ -1,0 +1,96 @@
+"""verl_ext on verl's legacy trainer (``trainer.use_v1=false``): ``RayPPOTrainer`` and its ``TaskRunner``.
+
+:class:`VerlExtRayPPOTrainer` overrides two small methods of verl's ``RayPPOTrainer`` and keeps its
+``fit()`` loop untouched:
+
+* ``_compute_old_log_prob``: the old-log-prob pass already returns the entropy as ``entropys`` (which
+  ``fit()`` pops after logging it); for ERC losses it is also kept as batch field ``old_entropy``.
+* ``_update_actor``: for ``clip_cov`` / ``kl_cov`` with ``cov_scope=batch`` the covariance selection is
+  computed over the whole training batch and sent with it as field ``cov_selected``.
+
+:class:`VerlExtTaskRunner` is verl's legacy ``TaskRunner`` with verl_ext's actor worker and trainer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+import ray
+from verl.trainer import main_ppo_v0
+from verl.trainer.main_ppo_v0 import TaskRunner
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+from verl_ext.registration import ensure_registered
+from verl_ext.trainer.hooks import (
+    LEGACY_ENTROPY,
+    add_cov_selected,
+    keep_old_entropy,
+    needs_batch_selection,
+    needs_old_entropy,
+    selection_step,
+)
+from verl_ext.trainer.workers import unwrap_ray_class, use_verl_ext_actor_worker
+
+
+class VerlExtRayPPOTrainer(RayPPOTrainer):
+    """verl's legacy ``RayPPOTrainer`` that sends ``old_entropy`` / ``cov_selected`` to the actor loss."""
+
+    def _compute_old_log_prob(self, batch):
+        old_log_prob, mfu = super()._compute_old_log_prob(batch)
+        if needs_old_entropy(self.config.actor_rollout_ref.actor):
+            keep_old_entropy(old_log_prob.batch, LEGACY_ENTROPY)
+        return old_log_prob, mfu
+
+    def _update_actor(self, batch):
+        actor_config = self.config.actor_rollout_ref.actor
+        extra_metrics: dict[str, float] = {}
+        if needs_batch_selection(actor_config):
+            # a shallow copy: the step's own batch (logged and dumped by fit()) is left as it was
+            batch = dataclasses.replace(batch, batch=batch.batch.copy())
+            add_cov_selected(batch.batch, actor_config, selection_step(self.global_steps), extra_metrics)
+        output = super()._update_actor(batch)
+        output.meta_info["metrics"].update(extra_metrics)
+        return output
+
+
+@contextlib.contextmanager
+def legacy_trainer_class(cls: type = VerlExtRayPPOTrainer) -> Iterator[None]:
+    """Make verl's legacy ``TaskRunner.run`` build ``cls`` instead of ``RayPPOTrainer`` while active.
+
+    Why not a subclass hook: ``verl.trainer.main_ppo_v0.TaskRunner.run`` (about 90 lines: datasets,
+    tokenizer, resource pools, then ``RayPPOTrainer(...)``, ``init_workers()``, ``fit()``) names the
+    trainer class directly and offers no parameter for it. Rather than copy that method, the module
+    global it reads is pointed at verl_ext's subclass for the duration of the call, inside the TaskRunner
+    actor (a process of its own), and restored afterwards.
+    """
+    if not issubclass(cls, RayPPOTrainer):
+        raise TypeError(f"{cls!r} is not a subclass of verl's RayPPOTrainer")
+    previous = main_ppo_v0.RayPPOTrainer
+    main_ppo_v0.RayPPOTrainer = cls
+    try:
+        yield
+    finally:
+        main_ppo_v0.RayPPOTrainer = previous
+
+
+class VerlExtTaskRunnerImpl(TaskRunner.__ray_actor_class__):
+    """verl's legacy ``TaskRunner`` (the Ray actor class behind it) with verl_ext's worker and trainer."""
+
+    def add_actor_rollout_worker(self, config: Any):
+        _, ray_worker_group_cls = super().add_actor_rollout_worker(config)
+        roles = use_verl_ext_actor_worker(self.role_worker_mapping)
+        return unwrap_ray_class(self.role_worker_mapping[roles[0]]), ray_worker_group_cls
+
+    def run(self, config: Any) -> None:
+        ensure_registered()
+        with legacy_trainer_class(VerlExtRayPPOTrainer):
+            super().run(config)
+
+
+VerlExtTaskRunner = ray.remote(VerlExtTaskRunnerImpl)
+"""The Ray actor class ``verl_ext.main_ppo`` passes to verl's ``run_ppo`` for ``trainer.use_v1=false``."""
+
+__all__ = ["VerlExtRayPPOTrainer", "VerlExtTaskRunner", "VerlExtTaskRunnerImpl", "legacy_trainer_class"]

@@ -1,0 +1,143 @@
+"""Config-time checks of verl_ext, run by ``verl_ext.main_ppo`` before Ray starts (and by the dry run).
+
+Every failure is a :class:`ConfigError` that names the offending key and the allowed values. verl's own
+checks (``verl.utils.config.validate_config`` and the dataclasses' ``__post_init__``) run separately.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
+
+from verl_ext.config import PolicyLossConfig
+from verl_ext.losses import COV_LOSSES, ERC_LOSSES
+
+ACTOR = "actor_rollout_ref.actor"
+POLICY_LOSS = f"{ACTOR}.policy_loss"
+FSDP_STRATEGIES = ("fsdp", "fsdp2")
+ACTOR_TARGET = "verl_ext.actor_config.FSDPActorConfig"
+KL_CLIP_OFF = ("none",)
+
+V1_REQUIREMENTS_HINT = (
+    "verl's V1 trainer (trainer.use_v1=true, the default) needs the packages TransferQueue (==0.1.10, "
+    "which brings pyzmq and msgspec) and cachetools: `pip install TransferQueue==0.1.10 cachetools`, "
+    "or use the legacy trainer with trainer.use_v1=false"
+)
+
+
+class ConfigError(ValueError):
+    """An invalid config value: ``key`` is the full dotted key, ``message`` says what is allowed."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(f"{key}: {message}")
+        self.key = key
+        self.message = message
+
+
+def _select(config: DictConfig, key: str, default: Any = None) -> Any:
+    return OmegaConf.select(config, key, default=default)
+
+
+def _registered_losses() -> list[str]:
+    return sorted(POLICY_LOSS_REGISTRY)
+
+
+def check_loss_mode(config: DictConfig) -> str:
+    """``policy_loss.loss_mode`` must name a registered verl policy loss; returns it."""
+    mode = _select(config, f"{POLICY_LOSS}.loss_mode", "vanilla")
+    if mode not in POLICY_LOSS_REGISTRY:
+        raise ConfigError(f"{POLICY_LOSS}.loss_mode", f"{mode!r} is not a registered policy loss; allowed: "
+                          f"{_registered_losses()}")  # fmt: skip
+    return str(mode)
+
+
+def check_actor_classes(actor: Any) -> None:
+    """The built actor dataclass must be verl_ext's (KL clipping keys) with verl_ext's policy-loss config."""
+    from verl_ext.actor_config import FSDPActorConfig
+
+    if not isinstance(actor, FSDPActorConfig):
+        raise ConfigError(f"{ACTOR}._target_", f"built {type(actor).__module__}.{type(actor).__qualname__}; "
+                          f"verl_ext needs {ACTOR_TARGET} (or a subclass)")  # fmt: skip
+    if not isinstance(actor.policy_loss, PolicyLossConfig):
+        cls = type(actor.policy_loss)
+        raise ConfigError(f"{POLICY_LOSS}._target_", f"built {cls.__module__}.{cls.__qualname__}; verl_ext "
+                          "needs verl_ext.config.PolicyLossConfig (or a subclass)")  # fmt: skip
+
+
+def check_strategy(config: DictConfig) -> None:
+    """verl_ext's actor worker covers verl's FSDP / FSDP2 engines only."""
+    strategy = _select(config, f"{ACTOR}.strategy")
+    if strategy not in FSDP_STRATEGIES:
+        raise ConfigError(f"{ACTOR}.strategy", f"{strategy!r} is not supported by verl_ext; allowed: "
+                          f"{list(FSDP_STRATEGIES)} (model_engine=dp)")  # fmt: skip
+
+
+def check_entropy_source(config: DictConfig, mode: str) -> None:
+    """ERC losses need the old-log-prob pass, which rollout-correction bypass mode skips."""
+    if mode in ERC_LOSSES and _select(config, "algorithm.rollout_correction.bypass_mode", False):
+        raise ConfigError(
+            "algorithm.rollout_correction.bypass_mode",
+            f"must be false with {POLICY_LOSS}.loss_mode={mode}: bypass mode skips the old-log-prob pass, "
+            "which is where the old policy's entropy (old_entropy) for the entropy-ratio mask comes from",
+        )
+
+
+def check_kl_clip(config: DictConfig) -> None:
+    """KL clipping acts on the actor KL loss: setting it without ``use_kl_loss`` would do nothing."""
+    method = _select(config, f"{ACTOR}.kl_clip_method", "none")
+    if method not in KL_CLIP_OFF and not _select(config, f"{ACTOR}.use_kl_loss", False):
+        raise ConfigError(f"{ACTOR}.kl_clip_method", f"{method!r} clips the actor KL loss, which is off: set "
+                          f"{ACTOR}.use_kl_loss=true or kl_clip_method=none")  # fmt: skip
+
+
+def check_trainer(config: DictConfig) -> str:
+    """The trainer must be importable and its V1 mode registered; returns a short description."""
+    if not _select(config, "trainer.use_v1", True):
+        return "legacy RayPPOTrainer (trainer.use_v1=false)"
+    try:
+        importlib.import_module("verl.trainer.ppo.v1")
+    except ImportError as exc:
+        raise ConfigError("trainer.use_v1", f"{exc}. {V1_REQUIREMENTS_HINT}") from exc
+    from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
+
+    mode = _select(config, "trainer.v1.trainer_mode", "sync")
+    if mode not in TRAINER_REGISTRY:
+        raise ConfigError("trainer.v1.trainer_mode", f"{mode!r} is not a registered V1 trainer; allowed: "
+                          f"{sorted(TRAINER_REGISTRY)}")  # fmt: skip
+    return f"V1 trainer (trainer.v1.trainer_mode={mode})"
+
+
+def check_verl_ext(config: DictConfig, actor: Any | None = None) -> dict[str, Any]:
+    """All of verl_ext's config-time checks. ``actor`` is the built actor dataclass, if available.
+
+    Returns facts for the dry-run summary (``loss_mode``, ``trainer``, ``old_entropy``, ``cov_selected``).
+    """
+    mode = check_loss_mode(config)
+    check_strategy(config)
+    if actor is not None:
+        check_actor_classes(actor)
+    check_entropy_source(config, mode)
+    check_kl_clip(config)
+    trainer = check_trainer(config)
+    scope = _select(config, f"{POLICY_LOSS}.cov_scope", "batch")
+    return {
+        "loss_mode": mode,
+        "trainer": trainer,
+        "old_entropy": mode in ERC_LOSSES,
+        "cov_selected": mode in COV_LOSSES and scope == "batch",
+    }
+
+
+__all__ = [
+    "ConfigError",
+    "check_actor_classes",
+    "check_entropy_source",
+    "check_kl_clip",
+    "check_loss_mode",
+    "check_strategy",
+    "check_trainer",
+    "check_verl_ext",
+]
