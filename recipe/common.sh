@@ -1,0 +1,254 @@
+# shellcheck shell=bash
+# Shared part of the recipe scripts in recipe/: sourced, never run directly.
+#
+# A recipe script sets EXP_NAME's default, calls one base function (recipe_gsm8k_base or
+# recipe_dapo_base), appends its loss settings to RECIPE_ARGS and ends with `recipe_run "$@"`.
+#
+# Environment (all optional; defaults depend on the family):
+#   MODEL_PATH       model directory or hub id
+#   DATA_DIR         where scripts/data/prepare_*.py wrote the parquet files ($HOME/data/verl_ext)
+#   TRAIN_FILE       training parquet
+#   VAL_FILE         validation parquet(s), comma-separated
+#   CKPTS_DIR        checkpoint folder ($HOME/ckpts/$PROJECT_NAME/$EXP_NAME)
+#   NNODES           number of nodes; GPUS_PER_NODE GPUs each (8)
+#   PROJECT_NAME     logger project; EXP_NAME logger run name
+#   GEN_TP           vLLM tensor-parallel size; SP_SIZE Ulysses sequence-parallel size (1)
+#   OFFLOAD          1: FSDP parameter + optimizer offload (0)
+#   LOGGERS          comma-separated trainer loggers (console,wandb); wandb runs offline without a key
+#   PYTHON           interpreter (python3)
+#   DRY_RUN=1        run the exact command with verl_ext.dry_run=true: compose + validate, no Ray/GPU
+#   PRINT_CMD=1      print the exact command (shell-quoted) and exit without running it
+# Every argument of the recipe script is appended to the command as a Hydra override.
+
+RECIPE_ARGS=()
+
+recipe_die() {
+    echo "error: $*" >&2
+    exit 2
+}
+
+# recipe_require_int NAME MIN: the variable NAME must hold an integer >= MIN.
+recipe_require_int() {
+    local name="$1" min="$2" value="${!1-}"
+    [[ "$value" =~ ^[0-9]{1,6}$ ]] && (( 10#$value >= min )) \
+        || recipe_die "$name='$value' is invalid: allowed an integer >= $min"
+    printf -v "$name" '%d' "$((10#$value))"  # normalised: 08 -> 8
+}
+
+# recipe_require_flag NAME: the variable NAME must be 0 or 1.
+recipe_require_flag() {
+    local name="$1" value="${!1-}"
+    [[ "$value" == 0 || "$value" == 1 ]] || recipe_die "$name='$value' is invalid: allowed 0 or 1"
+}
+
+# recipe_hydra_list a,b,c -> ['a','b','c'] (a Hydra list of quoted strings).
+recipe_hydra_list() {
+    local IFS=, item out=()
+    for item in $1; do
+        [[ -n "$item" ]] || continue
+        [[ "$item" != *"'"* && "$item" != *'\'* ]] || recipe_die "path '$item' contains a quote or backslash"
+        out+=("'$item'")
+    done
+    (( ${#out[@]} > 0 )) || recipe_die "empty file list '$1'"
+    local joined
+    joined="$(IFS=,; echo "${out[*]}")"
+    echo "[$joined]"
+}
+
+# recipe_defaults NNODES MODEL TRAIN VAL PROJECT GEN_TP: fill unset variables, validate all.
+# TRAIN and VAL are file names inside DATA_DIR (VAL comma-separated).
+recipe_defaults() {
+    : "${DATA_DIR:=$HOME/data/verl_ext}"
+    : "${NNODES:=$1}"
+    : "${GPUS_PER_NODE:=8}"
+    : "${MODEL_PATH:=$2}"
+    : "${TRAIN_FILE:=$DATA_DIR/$3}"
+    if [[ -z "${VAL_FILE-}" ]]; then
+        local name names=()
+        local IFS=,
+        for name in $4; do names+=("$DATA_DIR/$name"); done
+        VAL_FILE="${names[*]}"
+        unset IFS
+    fi
+    : "${PROJECT_NAME:=$5}"
+    : "${GEN_TP:=$6}"
+    : "${EXP_NAME:?recipe bug: EXP_NAME has no default}"
+    : "${CKPTS_DIR:=$HOME/ckpts/$PROJECT_NAME/$EXP_NAME}"
+    : "${SP_SIZE:=1}"
+    : "${OFFLOAD:=0}"
+    : "${LOGGERS:=console,wandb}"
+    : "${PYTHON:=python3}"
+    : "${DRY_RUN:=0}"
+    : "${PRINT_CMD:=0}"
+    recipe_require_int NNODES 1
+    recipe_require_int GPUS_PER_NODE 1
+    recipe_require_int GEN_TP 1
+    recipe_require_int SP_SIZE 1
+    recipe_require_flag OFFLOAD
+    recipe_require_flag DRY_RUN
+    recipe_require_flag PRINT_CMD
+    local name
+    for name in MODEL_PATH TRAIN_FILE VAL_FILE CKPTS_DIR PROJECT_NAME EXP_NAME; do
+        [[ -n "${!name}" ]] || recipe_die "$name is empty"
+    done
+    (( GPUS_PER_NODE % GEN_TP == 0 )) \
+        || recipe_die "GEN_TP=$GEN_TP is invalid: it must divide GPUS_PER_NODE=$GPUS_PER_NODE"
+}
+
+# recipe_loggers: trainer.logger override; wandb goes offline when no API key is configured.
+recipe_loggers() {
+    local IFS=, item out=()
+    for item in $LOGGERS; do
+        case "$item" in
+            console|wandb|tensorboard|mlflow|swanlab|vemlp_wandb|clearml|trackio|file|rl_insight) out+=("'$item'") ;;
+            *) recipe_die "LOGGERS entry '$item' is invalid: allowed console, wandb, tensorboard, mlflow, swanlab, vemlp_wandb, clearml, trackio, file, rl_insight" ;;
+        esac
+    done
+    (( ${#out[@]} > 0 )) || recipe_die "LOGGERS is empty: allowed e.g. console or console,wandb"
+    if [[ ",$LOGGERS," == *",wandb,"* ]]; then
+        if [[ -z "${WANDB_MODE-}" && -z "${WANDB_API_KEY-}" ]] \
+            && ! grep -qs "api.wandb.ai" "${NETRC:-$HOME/.netrc}"; then
+            export WANDB_MODE=offline
+            echo "note: no WANDB_API_KEY and no wandb login found: wandb logs offline (wandb sync later)" >&2
+        fi
+        if [[ -n "${WANDB_MODE-}" ]]; then
+            # forwarded to every Ray worker (the wandb logger runs inside the TaskRunner actor)
+            RECIPE_ARGS+=("++ray_kwargs.ray_init.runtime_env.env_vars.WANDB_MODE=$WANDB_MODE")
+        fi
+    fi
+    RECIPE_ARGS+=("trainer.logger=[$(IFS=,; echo "${out[*]}")]")
+}
+
+# recipe_common_args: what every recipe shares (FSDP actor, vLLM rollout, dynamic batch size, GRPO).
+recipe_common_args() {
+    local offload=False
+    [[ "$OFFLOAD" == 1 ]] && offload=True
+    RECIPE_ARGS+=(
+        algorithm.adv_estimator=grpo
+        algorithm.use_kl_in_reward=False
+        "data.train_files=$(recipe_hydra_list "$TRAIN_FILE")"
+        "data.val_files=$(recipe_hydra_list "$VAL_FILE")"
+        data.prompt_key=prompt
+        "actor_rollout_ref.model.path=$MODEL_PATH"
+        actor_rollout_ref.model.use_remove_padding=True
+        actor_rollout_ref.model.enable_gradient_checkpointing=True
+        actor_rollout_ref.actor.strategy=fsdp2
+        actor_rollout_ref.actor.use_dynamic_bsz=True
+        actor_rollout_ref.actor.use_kl_loss=False
+        actor_rollout_ref.actor.entropy_coeff=0
+        actor_rollout_ref.actor.grad_clip=1.0
+        actor_rollout_ref.actor.loss_agg_mode=token-mean
+        actor_rollout_ref.actor.clip_ratio_c=10.0
+        "actor_rollout_ref.actor.ulysses_sequence_parallel_size=$SP_SIZE"
+        "actor_rollout_ref.actor.fsdp_config.param_offload=$offload"
+        "actor_rollout_ref.actor.fsdp_config.optimizer_offload=$offload"
+        "actor_rollout_ref.ref.fsdp_config.param_offload=$offload"
+        actor_rollout_ref.rollout.name=vllm
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=$GEN_TP"
+        actor_rollout_ref.rollout.temperature=1.0
+        actor_rollout_ref.rollout.top_p=1.0
+        actor_rollout_ref.rollout.top_k=-1
+        actor_rollout_ref.rollout.enable_chunked_prefill=True
+        "trainer.project_name=$PROJECT_NAME"
+        "trainer.experiment_name=$EXP_NAME"
+        "trainer.nnodes=$NNODES"
+        "trainer.n_gpus_per_node=$GPUS_PER_NODE"
+        "trainer.default_local_dir=$CKPTS_DIR"
+        trainer.resume_mode=auto
+        trainer.val_before_train=True
+        trainer.max_actor_ckpt_to_keep=2
+    )
+    recipe_loggers
+}
+
+# recipe_gsm8k_base: GSM8K GRPO, 1 node x 8 GPUs, 0.5B-7B model (default Qwen2.5-3B-Instruct).
+recipe_gsm8k_base() {
+    recipe_defaults 1 Qwen/Qwen2.5-3B-Instruct gsm8k-train.parquet gsm8k-test.parquet verl_ext_gsm8k 1
+    recipe_common_args
+    RECIPE_ARGS+=(
+        reward.reward_manager.name=naive
+        data.max_prompt_length=512
+        data.max_response_length=1024
+        data.train_batch_size=256
+        data.filter_overlong_prompts=True
+        data.truncation=error
+        actor_rollout_ref.rollout.n=8
+        actor_rollout_ref.rollout.gpu_memory_utilization=0.6
+        actor_rollout_ref.actor.optim.lr=1e-6
+        actor_rollout_ref.actor.ppo_mini_batch_size=64
+        actor_rollout_ref.actor.ppo_max_token_len_per_gpu=16384
+        actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=32768
+        actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=32768
+        actor_rollout_ref.actor.clip_ratio_low=0.2
+        actor_rollout_ref.actor.clip_ratio_high=0.2
+        trainer.total_epochs=5
+        trainer.test_freq=10
+        trainer.save_freq=50
+    )
+}
+
+# recipe_dapo_base: DAPO-Math-17k, 4 nodes x 8 GPUs, 7B model (default Qwen2.5-7B), AIME 2024+2025
+# validation. DAPO's recipe: clip-higher 0.28, dynamic sampling (filter_groups on acc), overlong
+# buffer 4k with penalty 1, token-mean; lr 1e-6 with 10 warm-up steps, weight decay 0.1.
+recipe_dapo_base() {
+    local max_prompt=2048 max_response=8192
+    recipe_defaults 4 Qwen/Qwen2.5-7B dapo-math-17k.parquet aime-2024.parquet,aime-2025.parquet verl_ext_dapo 2
+    recipe_common_args
+    RECIPE_ARGS+=(
+        reward.reward_manager.name=dapo
+        ++reward.reward_kwargs.overlong_buffer_cfg.enable=True
+        ++reward.reward_kwargs.overlong_buffer_cfg.len=4096
+        ++reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0
+        ++reward.reward_kwargs.overlong_buffer_cfg.log=False
+        "++reward.reward_kwargs.max_resp_len=$max_response"
+        algorithm.filter_groups.enable=True
+        algorithm.filter_groups.metric=acc
+        algorithm.filter_groups.max_inflight_gen_batches=3
+        "data.max_prompt_length=$max_prompt"
+        "data.max_response_length=$max_response"
+        data.train_batch_size=256
+        data.truncation=left
+        actor_rollout_ref.rollout.n=8
+        actor_rollout_ref.rollout.gpu_memory_utilization=0.75
+        "actor_rollout_ref.rollout.max_num_batched_tokens=$((max_prompt + max_response))"
+        actor_rollout_ref.rollout.val_kwargs.do_sample=True
+        actor_rollout_ref.rollout.val_kwargs.temperature=1.0
+        actor_rollout_ref.rollout.val_kwargs.top_p=0.7
+        actor_rollout_ref.rollout.val_kwargs.n=32
+        actor_rollout_ref.actor.optim.lr=1e-6
+        actor_rollout_ref.actor.optim.lr_warmup_steps=10
+        actor_rollout_ref.actor.optim.weight_decay=0.1
+        actor_rollout_ref.actor.ppo_mini_batch_size=32
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=$(((max_prompt + max_response) * 2))"
+        "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=$(((max_prompt + max_response) * 3))"
+        "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=$(((max_prompt + max_response) * 3))"
+        actor_rollout_ref.actor.clip_ratio_low=0.2
+        actor_rollout_ref.actor.clip_ratio_high=0.28
+        trainer.total_epochs=100
+        trainer.total_training_steps=1000
+        trainer.test_freq=10
+        trainer.save_freq=50
+    )
+}
+
+# recipe_run "$@": run (or dry-run, or print) python -m verl_ext.main_ppo with RECIPE_ARGS + overrides.
+recipe_run() {
+    local cmd=("$PYTHON" -m "${RECIPE_ENTRY_MODULE:-verl_ext.main_ppo}" "${RECIPE_ARGS[@]}" "$@")
+    if [[ "$DRY_RUN" == 1 ]]; then
+        cmd+=(verl_ext.dry_run=true)
+    fi
+    if [[ "$PRINT_CMD" == 1 ]]; then
+        printf '%q ' "${cmd[@]}"
+        echo
+        return 0
+    fi
+    local file
+    local IFS=,
+    for file in $TRAIN_FILE $VAL_FILE; do
+        [[ -e "$file" ]] || echo "warning: $file does not exist on this node (prepare it with scripts/data/)" >&2
+    done
+    unset IFS
+    export HYDRA_FULL_ERROR=1
+    echo "+ $(printf '%q ' "${cmd[@]}")" >&2
+    exec "${cmd[@]}"
+}

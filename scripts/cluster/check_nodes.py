@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Check that every node of a Ray cluster can run verl_ext: one Ray task pinned to each alive node
+imports verl (which loads its ``verl.plugins`` entry points), checks that verl's loss registry
+resolves every verl_ext loss to verl_ext's implementation
+(``verl_ext.registration.ensure_registered``), and reports the versions it sees.
+
+Usage (on the head node, or any machine that can reach the cluster)::
+
+    python scripts/cluster/check_nodes.py --address HEAD_IP:6379 --expect-nodes 4 --require-gpu
+    python scripts/cluster/check_nodes.py --local        # a throw-away local Ray (tests, laptops)
+
+Exit status: 0 when every node passes (and the node count matches ``--expect-nodes``), 1 otherwise.
+The tasks run in the nodes' own Python environment (no runtime environment, nothing installed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import socket
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+#: Distributions whose versions every node reports (``None`` when not installed).
+REPORTED_DISTRIBUTIONS = ("verl_ext", "verl", "torch", "vllm", "ray", "transformers")
+
+
+def probe() -> dict[str, Any]:
+    """What one node sees. Runs inside the Ray task; never raises (errors are returned)."""
+    from importlib import metadata
+
+    report: dict[str, Any] = {
+        "hostname": socket.gethostname(),
+        "python": platform.python_version(),
+        "versions": {},
+        "errors": [],
+    }
+    for dist in REPORTED_DISTRIBUTIONS:
+        try:
+            report["versions"][dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            report["versions"][dist] = None
+    plugins = [ep.value for ep in metadata.entry_points(group="verl.plugins") if ep.name == "verl_ext"]
+    report["entry_point"] = plugins[0] if plugins else None
+    if not plugins:
+        report["errors"].append("no `verl_ext` entry point in group verl.plugins: verl_ext is not pip-installed here")
+    try:
+        import torch
+
+        report["gpus"] = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception as exc:  # noqa: BLE001 - reported, not raised
+        report["gpus"] = 0
+        report["errors"].append(f"import torch failed: {type(exc).__name__}: {exc}")
+    try:
+        import verl  # noqa: F401 - loads the verl.plugins entry points, as in every verl process
+        import verl_ext
+        from verl_ext.registration import ensure_registered
+
+        report["verl_ext_path"] = getattr(verl_ext, "__file__", None)
+        ensure_registered()
+        report["registered"] = True
+    except Exception as exc:  # noqa: BLE001
+        report["registered"] = False
+        report["errors"].append(f"{type(exc).__name__}: {exc}")
+    return report
+
+
+def check_reports(
+    reports: Sequence[dict[str, Any]], expect_nodes: int | None, require_gpu: bool
+) -> list[str]:
+    """Problems found across the node reports (empty list: all good)."""
+    problems = []
+    if expect_nodes is not None and len(reports) != expect_nodes:
+        problems.append(f"expected {expect_nodes} nodes (--expect-nodes), found {len(reports)} alive")
+    for rep in reports:
+        where = f"{rep.get('hostname')} ({rep.get('node_ip')})"
+        for err in rep.get("errors", []):
+            problems.append(f"{where}: {err}")
+        if require_gpu and not rep.get("gpus"):
+            problems.append(f"{where}: no GPU visible to torch (--require-gpu)")
+    versions = {json.dumps(rep.get("versions"), sort_keys=True) for rep in reports if rep.get("versions")}
+    if len(versions) > 1:
+        problems.append("nodes disagree on package versions (see the table); install the same versions everywhere")
+    return problems
+
+
+def format_table(reports: Sequence[dict[str, Any]]) -> str:
+    """One line per node."""
+    lines = []
+    for rep in reports:
+        versions = rep.get("versions", {})
+        status = "OK" if rep.get("registered") and not rep.get("errors") else "FAIL"
+        lines.append(
+            f"{status:4} {rep.get('node_ip', '?'):15} {rep.get('hostname', '?'):20} gpus={rep.get('gpus', '?')} "
+            f"python={rep.get('python', '?')} "
+            + " ".join(f"{name}={versions.get(name)}" for name in REPORTED_DISTRIBUTIONS)
+        )
+    return "\n".join(lines)
+
+
+def run_probes(timeout: float) -> tuple[list[dict[str, Any]], list[str]]:
+    """Pin one probe task to every alive node; returns the reports and the nodes that did not answer."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    remote_probe = ray.remote(num_cpus=0, max_retries=0)(probe)
+    nodes = [node for node in ray.nodes() if node.get("Alive")]
+    refs = {}
+    for node in nodes:
+        strategy = NodeAffinitySchedulingStrategy(node_id=node["NodeID"], soft=False)
+        refs[node["NodeID"]] = (node, remote_probe.options(scheduling_strategy=strategy).remote())
+    reports, missing = [], []
+    deadline = time.monotonic() + timeout
+    for node, ref in refs.values():
+        try:
+            rep = ray.get(ref, timeout=max(1.0, deadline - time.monotonic()))
+        except Exception as exc:  # noqa: BLE001 - a dead or hung node is a result, not a crash
+            missing.append(f"{node.get('NodeManagerAddress')}: no answer ({type(exc).__name__}: {exc})")
+            continue
+        rep["node_ip"] = node.get("NodeManagerAddress")
+        reports.append(rep)
+    return reports, missing
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--address", default="auto", help="Ray address HEAD_IP:PORT (default: auto, the local cluster)")
+    where.add_argument("--local", action="store_true", help="start a throw-away single-node Ray instead")
+    parser.add_argument("--expect-nodes", type=int, default=None, help="fail unless exactly this many nodes are alive")
+    parser.add_argument("--require-gpu", action="store_true", help="fail on nodes where torch sees no GPU")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for all nodes (300)")
+    parser.add_argument("--json", default=None, help="also write the reports to this JSON file")
+    args = parser.parse_args(argv)
+    if args.expect_nodes is not None and args.expect_nodes < 1:
+        parser.error(f"--expect-nodes {args.expect_nodes} is invalid: allowed an integer >= 1")
+    if args.timeout <= 0:
+        parser.error(f"--timeout {args.timeout} is invalid: allowed a number > 0")
+
+    import ray
+
+    try:
+        if args.local:
+            ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+        else:
+            ray.init(address=args.address, log_to_driver=False)
+    except Exception as exc:  # noqa: BLE001
+        print(f"error: cannot connect to Ray at {args.address!r}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    try:
+        reports, missing = run_probes(args.timeout)
+    finally:
+        ray.shutdown()
+
+    print(format_table(reports))
+    problems = missing + check_reports(reports, args.expect_nodes, args.require_gpu)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump({"reports": reports, "problems": problems}, handle, indent=2)
+    if problems:
+        print(f"\n{len(problems)} problem(s):", file=sys.stderr)
+        for problem in problems:
+            print(f"  - {problem}", file=sys.stderr)
+        return 1
+    print(f"\nall {len(reports)} node(s) import verl and have verl_ext's losses registered")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Submit a recipe of recipe/ as a Ray job.
+#
+# usage: scripts/cluster/submit.sh [--address URL] [--no-wait] [--submission-id ID] [--dry-run]
+#                                  RECIPE [HYDRA_OVERRIDES...]
+#   RECIPE  a recipe name (dapo_clip_cov) or path (recipe/dapo_clip_cov.sh)
+# environment: RAY_ADDRESS (dashboard URL, default http://127.0.0.1:8265), RAY (ray executable),
+#   and the recipe variables, forwarded to the job when set: MODEL_PATH DATA_DIR TRAIN_FILE VAL_FILE
+#   CKPTS_DIR NNODES GPUS_PER_NODE PROJECT_NAME EXP_NAME GEN_TP SP_SIZE OFFLOAD LOGGERS WANDB_MODE DRY_RUN
+#   HF_HOME HF_HUB_OFFLINE HF_DATASETS_OFFLINE.
+# The job's runtime environment holds only `working_dir` (a copy of recipe/ and a generated job.sh) and
+# `env_vars`: it installs nothing; verl, vLLM and verl_ext must already be installed on every node.
+# Secrets (WANDB_API_KEY) are never forwarded: export them before `ray start` or run `wandb login` on the nodes.
+set -euo pipefail
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+FORWARDED_VARS=(MODEL_PATH DATA_DIR TRAIN_FILE VAL_FILE CKPTS_DIR NNODES GPUS_PER_NODE PROJECT_NAME EXP_NAME
+                GEN_TP SP_SIZE OFFLOAD LOGGERS WANDB_MODE DRY_RUN HF_HOME HF_HUB_OFFLINE HF_DATASETS_OFFLINE)
+
+usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
+die() { echo "error: $*" >&2; exit 2; }
+available_recipes() {
+    local f names=()
+    for f in "$REPO_ROOT"/recipe/*.sh; do
+        [[ "$(basename "$f")" == common.sh ]] || names+=("$(basename "$f" .sh)")
+    done
+    echo "${names[*]}"
+}
+
+address="${RAY_ADDRESS:-http://127.0.0.1:8265}"
+no_wait=0
+dry_run=0
+submission_id=""
+while (( $# )); do
+    case "$1" in
+        --address) [[ $# -ge 2 ]] || die "--address needs a value"; address="$2"; shift 2 ;;
+        --no-wait) no_wait=1; shift ;;
+        --submission-id) [[ $# -ge 2 ]] || die "--submission-id needs a value"; submission_id="$2"; shift 2 ;;
+        --dry-run) dry_run=1; shift ;;
+        -h|--help) usage; exit 0 ;;
+        -*) die "unknown option '$1' (options go before RECIPE; see --help)" ;;
+        *) break ;;
+    esac
+done
+(( $# >= 1 )) || die "RECIPE is missing; available: $(available_recipes)"
+recipe="$(basename "${1%.sh}")"
+shift
+[[ "$recipe" != common && -f "$REPO_ROOT/recipe/$recipe.sh" ]] \
+    || die "unknown recipe '$recipe'; available: $(available_recipes)"
+[[ "$address" =~ ^https?://[^/]+$ ]] \
+    || die "Ray address '$address' (--address / RAY_ADDRESS) is invalid: expected the dashboard URL, e.g. http://10.0.0.1:8265"
+PYTHON="${PYTHON:-python3}"
+
+stage="$(mktemp -d "${TMPDIR:-/tmp}/verl_ext_job.XXXXXX")"
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/recipe"
+cp "$REPO_ROOT"/recipe/*.sh "$stage/recipe/"
+# job.sh carries the overrides: `ray job submit -- CMD` re-joins CMD with Windows-style quoting, which
+# would mangle Hydra overrides holding quotes or brackets.
+{
+    echo '#!/usr/bin/env bash'
+    echo 'set -euo pipefail'
+    printf 'exec bash recipe/%q.sh' "$recipe"
+    (( $# )) && printf ' %q' "$@"
+    echo
+} > "$stage/job.sh"
+
+env_args=()
+for name in "${FORWARDED_VARS[@]}"; do
+    if [[ -n "${!name+x}" ]]; then env_args+=("$name=${!name}"); fi
+done
+runtime_env="$("$PYTHON" - "$stage" "${env_args[@]}" <<'PY'
+import json, sys
+stage, pairs = sys.argv[1], sys.argv[2:]
+env = dict(pair.split("=", 1) for pair in pairs)
+print(json.dumps({"working_dir": stage, "env_vars": env}))
+PY
+)"
+
+cmd=("${RAY:-ray}" job submit "--address=$address" "--runtime-env-json=$runtime_env")
+[[ -n "$submission_id" ]] && cmd+=("--submission-id=$submission_id")
+(( no_wait )) && cmd+=(--no-wait)
+cmd+=(-- bash job.sh)
+
+if (( dry_run )); then
+    echo "runtime env: $runtime_env"
+    echo "job.sh:"
+    sed 's/^/  /' "$stage/job.sh"
+    echo "would run: $(printf '%q ' "${cmd[@]}")"
+    exit 0
+fi
+command -v "${cmd[0]}" >/dev/null || die "'${cmd[0]}' not found: install Ray (it comes with verl) or set RAY=/path/to/ray"
+echo "submitting recipe/$recipe.sh to $address" >&2
+"${cmd[@]}"

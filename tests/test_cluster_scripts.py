@@ -1,0 +1,195 @@
+"""Multi-node scripts (scripts/cluster/): argument handling of the shell scripts against a fake `ray`
+executable, the runtime environment of job submission, and check_nodes.py (in-process probe, report
+checks, and one run against a throw-away local Ray)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shlex
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CLUSTER = REPO / "scripts" / "cluster"
+
+FAKE_RAY = textwrap.dedent(
+    f"""\
+    #!{sys.executable}
+    # Stand-in for the `ray` CLI: records its arguments; for `job submit`, records the runtime env and runs
+    # the entrypoint inside working_dir with the job's env_vars (and PRINT_CMD=1), as a Ray job would.
+    import json, os, subprocess, sys
+    args = sys.argv[1:]
+    with open(os.environ["FAKE_RAY_LOG"], "w") as handle:
+        json.dump(args, handle)
+    if args[:2] == ["job", "submit"]:
+        runtime_env = json.loads(next(a for a in args if a.startswith("--runtime-env-json="))[19:])
+        with open(os.environ["FAKE_RAY_ENV"], "w") as handle:
+            json.dump(runtime_env, handle)
+        entry = args[args.index("--") + 1:]
+        env = {{**os.environ, **runtime_env.get("env_vars", {{}}), "PRINT_CMD": "1"}}
+        sys.exit(subprocess.run(entry, cwd=runtime_env["working_dir"], env=env).returncode)
+    """
+)
+
+
+@pytest.fixture()
+def fake_ray(tmp_path):
+    path = tmp_path / "ray"
+    path.write_text(FAKE_RAY)
+    path.chmod(0o755)
+    env = dict(os.environ)
+    env.update(RAY=str(path), FAKE_RAY_LOG=str(tmp_path / "ray_args.json"), FAKE_RAY_ENV=str(tmp_path / "runtime_env.json"))
+    for name in ("RAY_PORT", "RAY_DASHBOARD_PORT", "NODE_IP", "GPUS_PER_NODE", "RAY_HEAD_ADDRESS", "RAY_ADDRESS"):
+        env.pop(name, None)
+    return env
+
+
+def run(script: str, *args: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(CLUSTER / script), *args], capture_output=True, text=True, env=env, timeout=60)
+
+
+def ray_args(env: dict) -> list[str]:
+    return json.loads(Path(env["FAKE_RAY_LOG"]).read_text())
+
+
+@pytest.mark.parametrize("script", ["ray_head.sh", "ray_worker.sh", "submit.sh"])
+def test_shell_syntax(script):
+    res = subprocess.run(["bash", "-n", str(CLUSTER / script)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+
+
+def test_head_starts_ray_and_prints_the_addresses(fake_ray):
+    res = run("ray_head.sh", "--node-ip", "10.1.2.3", "--port", "6380", "--num-gpus", "8", env=fake_ray)
+    assert res.returncode == 0, res.stderr
+    args = ray_args(fake_ray)
+    assert args[:2] == ["start", "--head"]
+    assert {"--node-ip-address=10.1.2.3", "--port=6380", "--dashboard-port=8265", "--num-gpus=8"} <= set(args)
+    assert "bash scripts/cluster/ray_worker.sh 10.1.2.3:6380" in res.stdout
+    assert "RAY_ADDRESS=http://10.1.2.3:8265 bash scripts/cluster/submit.sh" in res.stdout
+    assert "check_nodes.py --address 10.1.2.3:6380" in res.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "env_extra", "message"),
+    [
+        (["--port", "abc"], {}, "port 'abc' (--port / RAY_PORT) is invalid"),
+        (["--port", "70000"], {}, "allowed an integer in 1..65535"),
+        ([], {"RAY_DASHBOARD_PORT": "6379"}, "--port and --dashboard-port must differ"),
+        (["--num-gpus", "eight"], {}, "GPU count 'eight'"),
+        (["--bogus"], {}, "unknown argument '--bogus'"),
+    ],
+)
+def test_head_rejects_bad_input(fake_ray, args, env_extra, message):
+    res = run("ray_head.sh", "--node-ip", "10.1.2.3", *args, env={**fake_ray, **env_extra})
+    assert res.returncode == 2
+    assert message in res.stderr
+    assert not Path(fake_ray["FAKE_RAY_LOG"]).exists()  # ray was never started
+
+
+def test_worker_joins_the_given_address(fake_ray):
+    res = run("ray_worker.sh", "10.1.2.3:6380", "--num-gpus", "4", env=fake_ray)
+    assert res.returncode == 0, res.stderr
+    assert ray_args(fake_ray) == ["start", "--address=10.1.2.3:6380", "--num-gpus=4"]
+    res = run("ray_worker.sh", env={**fake_ray, "RAY_HEAD_ADDRESS": "head-node:6379"})
+    assert res.returncode == 0, res.stderr
+    assert ray_args(fake_ray) == ["start", "--address=head-node:6379"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "the head address is missing"),
+        (["10.1.2.3"], "head address '10.1.2.3' is invalid: expected HOST:PORT"),
+        (["10.1.2.3:0"], "head address '10.1.2.3:0' is invalid"),
+        (["10.1.2.3:6379", "10.1.2.4:6379"], "unexpected argument '10.1.2.4:6379'"),
+    ],
+)
+def test_worker_rejects_bad_input(fake_ray, args, message):
+    res = run("ray_worker.sh", *args, env=fake_ray)
+    assert res.returncode == 2
+    assert message in res.stderr
+
+
+def test_submit_runtime_env_installs_nothing_and_overrides_survive(fake_ray, tmp_path):
+    env = {**fake_ray, "NNODES": "2", "MODEL_PATH": "/models/m", "WANDB_API_KEY": "secret-key", "HOME": str(tmp_path)}
+    overrides = ["trainer.logger=['console']", "trainer.experiment_name=run with spaces", "+x.y=[1,2]"]
+    res = run("submit.sh", "--address", "http://10.1.2.3:8265", "--no-wait", "dapo_kl_cov", *overrides, env=env)
+    assert res.returncode == 0, res.stderr
+    args = ray_args(fake_ray)
+    assert args[:2] == ["job", "submit"] and "--address=http://10.1.2.3:8265" in args and "--no-wait" in args
+    runtime_env = json.loads(Path(fake_ray["FAKE_RAY_ENV"]).read_text())
+    assert set(runtime_env) == {"working_dir", "env_vars"}  # no pip / conda / uv / py_modules
+    assert runtime_env["env_vars"] == {"NNODES": "2", "MODEL_PATH": "/models/m"}  # secrets are not forwarded
+    assert not os.path.exists(runtime_env["working_dir"])  # the staged copy is removed once submitted
+    cmd = shlex.split(res.stdout.strip().splitlines()[-1])  # the recipe ran inside the staged working_dir
+    assert cmd[:3] == ["python3", "-m", "verl_ext.main_ppo"]
+    assert cmd[-3:] == overrides
+    assert "trainer.nnodes=2" in cmd and "actor_rollout_ref.model.path=/models/m" in cmd
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "RECIPE is missing; available: dapo_baseline"),
+        (["no_such_recipe"], "unknown recipe 'no_such_recipe'; available:"),
+        (["common"], "unknown recipe 'common'"),
+        (["--address", "10.1.2.3:8265", "dapo_baseline"], "expected the dashboard URL"),
+        (["--wait-forever", "dapo_baseline"], "unknown option '--wait-forever'"),
+    ],
+)
+def test_submit_rejects_bad_input(fake_ray, args, message):
+    res = run("submit.sh", *args, env=fake_ray)
+    assert res.returncode == 2
+    assert message in res.stderr
+    assert not Path(fake_ray["FAKE_RAY_LOG"]).exists()
+
+
+def _load_check_nodes():
+    spec = importlib.util.spec_from_file_location("_check_nodes", CLUSTER / "check_nodes.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_probe_reports_registration_and_versions():
+    report = _load_check_nodes().probe()
+    assert report["errors"] == []
+    assert report["registered"] is True
+    assert report["entry_point"] == "verl_ext.registration:register"
+    assert report["versions"]["verl_ext"] is not None and report["versions"]["verl"].startswith("0.9")
+
+
+def test_check_reports_finds_every_problem():
+    check = _load_check_nodes().check_reports
+    good = {"hostname": "a", "node_ip": "10.0.0.1", "versions": {"verl": "0.9.1"}, "errors": [], "gpus": 8}
+    assert check([good, {**good, "hostname": "b"}], expect_nodes=2, require_gpu=True) == []
+    problems = check(
+        [good, {**good, "hostname": "b", "errors": ["no `verl_ext` entry point"], "gpus": 0, "versions": {"verl": "0.9.0"}}],
+        expect_nodes=3,
+        require_gpu=True,
+    )
+    assert problems[0] == "expected 3 nodes (--expect-nodes), found 2 alive"
+    assert "b (10.0.0.1): no `verl_ext` entry point" in problems
+    assert "b (10.0.0.1): no GPU visible to torch (--require-gpu)" in problems
+    assert any("disagree on package versions" in p for p in problems)
+
+
+def test_check_nodes_against_a_local_ray(tmp_path):
+    out = tmp_path / "nodes.json"
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    res = subprocess.run(
+        [sys.executable, str(CLUSTER / "check_nodes.py"), "--local", "--expect-nodes", "1", "--timeout", "120", "--json", str(out)],
+        capture_output=True, text=True, env=env, timeout=180,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    data = json.loads(out.read_text())
+    assert data["problems"] == []
+    (node,) = data["reports"]
+    assert node["registered"] is True and node["node_ip"]
+    assert "all 1 node(s) import verl and have verl_ext's losses registered" in res.stdout

@@ -1,0 +1,257 @@
+"""Launch scripts (recipe/*.sh, scripts/gpu_smoke.sh): the exact command each builds (PRINT_CMD=1), its
+environment handling, and DRY_RUN=1 through `python -m verl_ext.main_ppo` (composition + validation of the
+real command; a deliberately wrong override must fail naming the key)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shlex
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+RECIPE_DIR = REPO / "recipe"
+SMOKE = REPO / "scripts" / "gpu_smoke.sh"
+PREFIX = "actor_rollout_ref.actor."
+LOSS = PREFIX + "policy_loss."
+
+#: recipe -> (family, settings the papers' runs fix; checked against the effective command)
+RECIPES: dict[str, tuple[str, dict[str, str]]] = {
+    "gsm8k_grpo_vanilla": ("gsm8k", {LOSS + "loss_mode": "vanilla"}),
+    "gsm8k_grpo_clip_cov": ("gsm8k", {LOSS + "loss_mode": "clip_cov", LOSS + "clip_cov_ratio": "0.0002",
+                                      LOSS + "clip_cov_lb": "1.0", LOSS + "clip_cov_ub": "5.0",
+                                      PREFIX + "clip_ratio_low": "1.0", PREFIX + "clip_ratio_high": "1.0"}),
+    "gsm8k_grpo_kl_cov": ("gsm8k", {LOSS + "loss_mode": "kl_cov", LOSS + "kl_cov_ratio": "0.002",
+                                    LOSS + "ppo_kl_coef": "1.0"}),
+    "gsm8k_grpo_erc": ("gsm8k", {LOSS + "loss_mode": "grpo_erc", LOSS + "entropy_mask_low": "0.95",
+                                 LOSS + "entropy_mask_high": "1.05", PREFIX + "clip_ratio_c": "10.0"}),
+    "dapo_baseline": ("dapo", {LOSS + "loss_mode": "vanilla", PREFIX + "clip_ratio_low": "0.2",
+                               PREFIX + "clip_ratio_high": "0.28"}),
+    "dapo_clip_cov": ("dapo", {LOSS + "loss_mode": "clip_cov", LOSS + "clip_cov_ratio": "0.0002",
+                               LOSS + "clip_cov_lb": "1.0", LOSS + "clip_cov_ub": "5.0",
+                               PREFIX + "clip_ratio_low": "1.0", PREFIX + "clip_ratio_high": "1.0"}),
+    "dapo_kl_cov": ("dapo", {LOSS + "loss_mode": "kl_cov", LOSS + "kl_cov_ratio": "0.002", LOSS + "ppo_kl_coef": "1.0"}),
+    "dapo_grpo_erc": ("dapo", {LOSS + "loss_mode": "grpo_erc", LOSS + "entropy_mask_low": "0.95",
+                               LOSS + "entropy_mask_high": "1.05", PREFIX + "clip_ratio_c": "10.0",
+                               PREFIX + "clip_ratio_high": "0.28"}),
+    "dapo_gppo_erc": ("dapo", {LOSS + "loss_mode": "gppo_erc", LOSS + "entropy_mask_low": "0.95",
+                               LOSS + "entropy_mask_high": "1.05", LOSS + "gppo_beta1": "1.0",
+                               LOSS + "gppo_beta2": "1.0", PREFIX + "clip_ratio_c": "10.0",
+                               PREFIX + "clip_ratio_high": "0.2"}),
+}  # fmt: skip
+
+#: settings every recipe of a family shares
+FAMILY = {
+    "gsm8k": {"trainer.nnodes": "1", "reward.reward_manager.name": "naive", "data.train_batch_size": "256",
+              "actor_rollout_ref.rollout.tensor_model_parallel_size": "1"},
+    "dapo": {"trainer.nnodes": "4", "reward.reward_manager.name": "dapo", "algorithm.filter_groups.enable": "True",
+             "algorithm.filter_groups.metric": "acc", "reward.reward_kwargs.overlong_buffer_cfg.enable": "True",
+             "reward.reward_kwargs.overlong_buffer_cfg.len": "4096", "reward.reward_kwargs.max_resp_len": "8192",
+             "data.max_response_length": "8192", PREFIX + "loss_agg_mode": "token-mean", PREFIX + "clip_ratio_c": "10.0"},
+}  # fmt: skip
+COMMON = {
+    "actor_rollout_ref.rollout.name": "vllm",
+    PREFIX + "strategy": "fsdp2",
+    PREFIX + "use_dynamic_bsz": "True",
+    "trainer.n_gpus_per_node": "8",
+    "trainer.logger": "['console','wandb']",
+    "algorithm.adv_estimator": "grpo",
+}
+
+
+def base_env(tmp_path: Path) -> dict[str, str]:
+    """The test process environment without any recipe variable, with HOME in tmp_path (no wandb login)."""
+    env = dict(os.environ)
+    for name in ("MODEL_PATH", "DATA_DIR", "TRAIN_FILE", "VAL_FILE", "CKPTS_DIR", "NNODES", "GPUS_PER_NODE",
+                 "PROJECT_NAME", "EXP_NAME", "GEN_TP", "SP_SIZE", "OFFLOAD", "LOGGERS", "DRY_RUN", "PRINT_CMD",
+                 "WANDB_API_KEY", "WANDB_MODE", "LOSS", "SMOKE_DIR", "NETRC"):  # fmt: skip
+        env.pop(name, None)
+    env["HOME"] = str(tmp_path)
+    env["PYTHON"] = sys.executable
+    return env
+
+
+def run_script(path: Path, *args: str, env: dict[str, str], timeout: int = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(path), *args], capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def command(path: Path, *args: str, env: dict[str, str]) -> list[str]:
+    """The exact command a script would run (PRINT_CMD=1)."""
+    res = run_script(path, *args, env={**env, "PRINT_CMD": "1"})
+    assert res.returncode == 0, res.stderr
+    return shlex.split(res.stdout)
+
+
+def effective(cmd: list[str]) -> dict[str, str]:
+    """Override key -> value as Hydra applies them (the last one wins; +/++ prefixes dropped)."""
+    values = {}
+    for arg in cmd[3:]:
+        key, _, value = arg.partition("=")
+        values[key.lstrip("+")] = value
+    return values
+
+
+def test_recipe_set_and_structure():
+    scripts = sorted(p.stem for p in RECIPE_DIR.glob("*.sh") if p.name != "common.sh")
+    assert scripts == sorted(RECIPES)
+    for name in scripts:
+        text = (RECIPE_DIR / f"{name}.sh").read_text()
+        assert "set -euo pipefail" in text and 'source "$(dirname "${BASH_SOURCE[0]}")/common.sh"' in text
+        assert text.rstrip().endswith('recipe_run "$@"')
+        assert len(text.splitlines()) < 30, f"{name}: shared settings belong in recipe/common.sh"
+    for path in [*RECIPE_DIR.glob("*.sh"), SMOKE]:
+        res = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+        assert res.returncode == 0, f"{path}: {res.stderr}"
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_recipe_command(name, tmp_path):
+    family, settings = RECIPES[name]
+    cmd = command(RECIPE_DIR / f"{name}.sh", env=base_env(tmp_path))
+    assert cmd[:3] == [sys.executable, "-m", "verl_ext.main_ppo"]
+    values = effective(cmd)
+    for key, value in {**COMMON, **FAMILY[family], **settings}.items():
+        assert values.get(key) == value, f"{name}: {key}={values.get(key)!r}, expected {value!r}"
+    assert "verl_ext.dry_run" not in values
+    assert values["trainer.experiment_name"] == name.replace("_", "-")
+    assert values["trainer.default_local_dir"] == f"{tmp_path}/ckpts/verl_ext_{family}/{name.replace('_', '-')}"
+    val_files = values["data.val_files"]
+    if family == "dapo":
+        assert val_files == f"['{tmp_path}/data/verl_ext/aime-2024.parquet','{tmp_path}/data/verl_ext/aime-2025.parquet']"
+    else:
+        assert val_files == f"['{tmp_path}/data/verl_ext/gsm8k-test.parquet']"
+
+
+def test_environment_and_arguments_reach_the_command(tmp_path):
+    env = {**base_env(tmp_path), "MODEL_PATH": "/m/qwen", "TRAIN_FILE": "/d/train.parquet",
+           "VAL_FILE": "/d/a.parquet,/d/b.parquet", "CKPTS_DIR": "/c/run", "NNODES": "2", "GPUS_PER_NODE": "4",
+           "PROJECT_NAME": "proj", "EXP_NAME": "exp", "GEN_TP": "4", "OFFLOAD": "1", "LOGGERS": "console"}  # fmt: skip
+    cmd = command(RECIPE_DIR / "dapo_grpo_erc.sh", "trainer.total_training_steps=5", LOSS + "entropy_mask_low=0.9", env=env)
+    values = effective(cmd)
+    assert cmd[-2:] == ["trainer.total_training_steps=5", LOSS + "entropy_mask_low=0.9"]  # "$@" last: it wins
+    expected = {
+        "actor_rollout_ref.model.path": "/m/qwen", "data.train_files": "['/d/train.parquet']",
+        "data.val_files": "['/d/a.parquet','/d/b.parquet']", "trainer.default_local_dir": "/c/run",
+        "trainer.nnodes": "2", "trainer.n_gpus_per_node": "4", "trainer.project_name": "proj",
+        "trainer.experiment_name": "exp", "actor_rollout_ref.rollout.tensor_model_parallel_size": "4",
+        PREFIX + "fsdp_config.param_offload": "True", "trainer.logger": "['console']",
+        "trainer.total_training_steps": "5", LOSS + "entropy_mask_low": "0.9",
+    }  # fmt: skip
+    for key, value in expected.items():
+        assert values[key] == value, key
+    assert "ray_kwargs.ray_init.runtime_env.env_vars.WANDB_MODE" not in values  # no wandb logger
+    dry = command(RECIPE_DIR / "dapo_grpo_erc.sh", "trainer.total_training_steps=5", env={**env, "DRY_RUN": "1"})
+    assert dry == [*cmd[:-1], "verl_ext.dry_run=true"]  # DRY_RUN=1: the same command plus the dry-run flag
+
+
+def test_wandb_goes_offline_without_a_key(tmp_path):
+    key = "ray_kwargs.ray_init.runtime_env.env_vars.WANDB_MODE"
+    res = run_script(RECIPE_DIR / "gsm8k_grpo_vanilla.sh", env={**base_env(tmp_path), "PRINT_CMD": "1"})
+    assert effective(shlex.split(res.stdout))[key] == "offline"
+    assert "wandb logs offline" in res.stderr
+    cmd = command(RECIPE_DIR / "gsm8k_grpo_vanilla.sh", env={**base_env(tmp_path), "WANDB_API_KEY": "k-123"})
+    assert key not in effective(cmd) and not any("k-123" in arg for arg in cmd)  # the key never lands in argv
+    (tmp_path / ".netrc").write_text("machine api.wandb.ai\n  login user\n  password k-456\n")
+    assert key not in effective(command(RECIPE_DIR / "gsm8k_grpo_vanilla.sh", env=base_env(tmp_path)))
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("NNODES", "0", "NNODES='0' is invalid: allowed an integer >= 1"),
+        ("GPUS_PER_NODE", "eight", "GPUS_PER_NODE='eight' is invalid"),
+        ("GEN_TP", "3", "GEN_TP=3 is invalid: it must divide GPUS_PER_NODE=8"),
+        ("OFFLOAD", "yes", "OFFLOAD='yes' is invalid: allowed 0 or 1"),
+        ("DRY_RUN", "true", "DRY_RUN='true' is invalid: allowed 0 or 1"),
+        ("LOGGERS", "console,wandbb", "LOGGERS entry 'wandbb' is invalid: allowed console, wandb"),
+        ("VAL_FILE", "/d/it's.parquet", "contains a quote"),
+    ],
+)
+def test_bad_environment_fails_naming_the_variable(variable, value, message, tmp_path):
+    res = run_script(RECIPE_DIR / "dapo_kl_cov.sh", env={**base_env(tmp_path), variable: value, "PRINT_CMD": "1"})
+    assert res.returncode == 2
+    assert message in res.stderr
+    assert res.stdout == ""
+
+
+def test_gpu_smoke_command(tmp_path):
+    env = {**base_env(tmp_path), "SMOKE_DIR": str(tmp_path / "smoke"), "LOSS": "kl_cov"}
+    values = effective(command(SMOKE, "trainer.val_before_train=False", env=env))
+    expected = {
+        "trainer.total_training_steps": "2", "trainer.save_freq": "2", "trainer.test_freq": "2",
+        "trainer.n_gpus_per_node": "1", "actor_rollout_ref.rollout.name": "vllm", PREFIX + "strategy": "fsdp2",
+        LOSS + "loss_mode": "kl_cov", "trainer.default_local_dir": f"{tmp_path}/smoke/ckpts",
+        "actor_rollout_ref.model.path": f"{tmp_path}/smoke/tiny_model", "trainer.val_before_train": "False",
+    }  # fmt: skip
+    for key, value in expected.items():
+        assert values[key] == value, key
+    res = run_script(SMOKE, env={**env, "LOSS": "ppo"})
+    assert res.returncode == 2 and "LOSS='ppo' is invalid: allowed vanilla clip_cov kl_cov grpo_erc gppo_erc" in res.stderr
+
+
+# ------------------------------------------------------------------------------------------------ DRY_RUN=1
+
+HAS_MAIN = importlib.util.find_spec("verl_ext.main_ppo") is not None
+needs_main = pytest.mark.skipif(not HAS_MAIN, reason="verl_ext.main_ppo (the dry-run entry point) is not importable yet")
+
+#: (script, extra override, key the error must name); None: the dry run must pass
+DRY_RUNS: dict[str, tuple[Path, tuple[str, ...], str | None]] = {
+    **{name: (RECIPE_DIR / f"{name}.sh", (), None) for name in RECIPES},
+    "gpu_smoke": (SMOKE, (), None),
+    "bad_value": (RECIPE_DIR / "gsm8k_grpo_erc.sh", (LOSS + "entropy_mask_low=1.5",), "entropy_mask_low"),
+    "bad_key": (RECIPE_DIR / "dapo_kl_cov.sh", (LOSS + "kl_cov_ration=0.002",), "kl_cov_ration"),
+}
+
+
+def write_dry_run_inputs(root: Path) -> dict[str, str]:
+    """A tiny local model and one-row parquet files under every default data name: real inputs, no hub."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from verl_ext.tiny_model import build_tiny_model
+
+    data = root / "data"
+    data.mkdir()
+    for name, source in (("gsm8k-train", "openai/gsm8k"), ("gsm8k-test", "openai/gsm8k"),
+                         ("dapo-math-17k", "math_dapo"), ("aime-2024", "aime2024"), ("aime-2025", "aime2025")):  # fmt: skip
+        row = {"data_source": source, "prompt": [{"role": "user", "content": "what is 1 plus 1 ?"}], "ability": "math",
+               "reward_model": {"style": "rule", "ground_truth": "2"}, "extra_info": {"split": "x", "index": 0}}  # fmt: skip
+        pq.write_table(pa.Table.from_pylist([row]), data / f"{name}.parquet")
+    return {"MODEL_PATH": build_tiny_model(root / "model"), "DATA_DIR": str(data), "HF_HUB_OFFLINE": "1"}
+
+
+@pytest.fixture(scope="module")
+def dry_runs(tmp_path_factory):
+    """Start every DRY_RUN=1 run at once (each imports verl: ~10 s of CPU) and hand out futures."""
+    if not HAS_MAIN:
+        yield {}
+        return
+    home = tmp_path_factory.mktemp("dry_run_home")
+    inputs = write_dry_run_inputs(home)
+    pool = ThreadPoolExecutor(max_workers=3)
+    futures = {}
+    for name, (path, args, _key) in DRY_RUNS.items():
+        env = {**base_env(home), **inputs, "DRY_RUN": "1", "SMOKE_DIR": str(home / f"smoke_{name}")}
+        if path == SMOKE:
+            env.pop("MODEL_PATH")  # the smoke script builds its own tiny model
+        futures[name] = pool.submit(run_script, path, *args, env=env, timeout=600)
+    yield futures
+    pool.shutdown(wait=True)
+
+
+@needs_main
+@pytest.mark.parametrize("name", sorted(DRY_RUNS))
+def test_dry_run(name, dry_runs):
+    res = dry_runs[name].result()
+    output = res.stdout + res.stderr
+    key = DRY_RUNS[name][2]
+    if key is None:
+        assert res.returncode == 0, output[-4000:]
+    else:
+        assert res.returncode != 0, output[-4000:]
+        assert key in res.stderr, res.stderr[-4000:]
