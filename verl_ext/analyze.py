@@ -161,8 +161,11 @@ def _draw_law(ax, results: Sequence[Analysis]) -> None:
         ax.legend(fontsize=7)
 
 
-def plot(results: Sequence[Analysis], out: Path, entropy_key: str | None, reward_key: str | None) -> Path:
-    """Write the grid of panels (entropy, reward, selected fraction, KL, fitted law) to ``out``."""
+def plot(
+    results: Sequence[Analysis], out: Path, entropy_key: str | None, reward_key: str | None, title: str | None = None
+) -> Path:
+    """Write the grid of panels (entropy, reward, selected fraction, KL, fitted law) to ``out``; the title
+    defaults to the run labels."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -170,12 +173,12 @@ def plot(results: Sequence[Analysis], out: Path, entropy_key: str | None, reward
     FigureCanvasAgg(fig)
     axes = fig.subplots(2, 3).ravel()
     overrides = {"entropy": entropy_key, "reward": reward_key}
-    for ax, (quantity, title) in zip(axes, PANELS):
-        _draw_metric(ax, results, quantity, title, candidates(quantity, overrides.get(quantity)))
+    for ax, (quantity, panel_title) in zip(axes, PANELS):
+        _draw_metric(ax, results, quantity, panel_title, candidates(quantity, overrides.get(quantity)))
     _draw_law(axes[len(PANELS)], results)
     for ax in axes[len(PANELS) + 1:]:
         ax.set_axis_off()
-    fig.suptitle(", ".join(r.run.label for r in results))
+    fig.suptitle(title or ", ".join(r.run.label for r in results))
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=100)
