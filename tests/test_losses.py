@@ -367,3 +367,30 @@ def test_traces_without_graph_breaks(name):
     got, _ = compiled(old, lp, adv, mask, "token-mean", cfg, None, **_kwargs(name, old))
     want, _ = fn(old, lp, adv, mask, "token-mean", cfg, None, **_kwargs(name, old))
     torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("loss_mode", ["clip_cov", "kl_cov"])
+def test_batch_scope_without_cov_selected_warns_once_that_it_selects_per_call(loss_mode, caplog):
+    """verl's own ppo_loss passes no cov_selected: the loss selects within the call (micro scope), and says so
+    once per process instead of silently changing the method; with cov_scope=micro it stays quiet."""
+    import logging
+
+    from verl_ext import selection
+    from verl_ext.config import PolicyLossConfig
+    from verl.trainer.ppo.core_algos import get_policy_loss_fn
+
+    selection._FALLBACK_NOTED.discard(loss_mode)
+    torch.manual_seed(0)
+    lp, old, adv = torch.randn(2, 8), torch.randn(2, 8), torch.randn(2, 8)
+    mask = torch.ones(2, 8, dtype=torch.bool)
+
+    def call(scope: str) -> None:
+        config = O.actor_config(PolicyLossConfig(loss_mode=loss_mode, cov_scope=scope))
+        get_policy_loss_fn(loss_mode)(old_log_prob=old, log_prob=lp, advantages=adv, response_mask=mask, config=config)
+
+    with caplog.at_level(logging.WARNING, logger="verl_ext.selection"):
+        call("micro")
+        assert not caplog.records
+        call("batch")
+        call("batch")
+    assert len(caplog.records) == 1 and "cov_scope=batch" in caplog.records[0].getMessage()

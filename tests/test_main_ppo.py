@@ -181,6 +181,7 @@ def test_group_file_sets_its_defaults_and_plain_loss_mode_keeps_base(compose):
          "algorithm.rollout_correction.bypass_mode", ["old_entropy"]),
         (["trainer.v1.trainer_mode=bogus"], "trainer.v1.trainer_mode", ["sync", "separate_async"]),
         (["verl_ext.dry_run=maybe"], "verl_ext.dry_run", ["true, false"]),
+        (["actor_rollout_ref.rollout.n=1"], "actor_rollout_ref.rollout.n", ["grpo", ">= 2"]),
         (["actor_rollout_ref.actor.strategy=megatron"], "actor_rollout_ref.actor.strategy", ["fsdp2"]),
         (["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=null"], "actor_rollout_ref.actor",
          ["ppo_micro_batch_size"]),

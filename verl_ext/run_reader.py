@@ -41,9 +41,8 @@ METRIC_KEYS: dict[str, tuple[Candidate, ...]] = {
         "actor/erc/kept_frac",
         "actor/clip_cov/batch_selected_frac",
         "actor/kl_cov/batch_selected_frac",
-        "actor/erc/batch_kept_frac",
     ),
-    "kl": ("actor/ppo_kl", "actor/kl_loss", "actor/kl_clip/raw_kl", "actor/kl_clip/batch_raw_kl"),
+    "kl": ("actor/ppo_kl", "actor/kl_loss", "actor/kl_clip/raw_kl"),
 }
 
 #: How many of a run's keys an error message lists.

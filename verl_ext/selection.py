@@ -21,12 +21,34 @@ trainer stores the mask as batch field ``cov_selected`` and every micro-batch ap
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
 import torch
 
 from verl_ext.config import policy_loss_params
+
+logger = logging.getLogger(__name__)
+_FALLBACK_NOTED: set[str] = set()
+
+
+def note_micro_fallback(loss_name: str, config: Any) -> None:
+    """Warn once per process when ``cov_scope=batch`` is configured but the loss got no ``cov_selected``
+    (for example when verl's own ``ppo_loss`` calls it): it then selects over the tensors it is given, which
+    is the ``micro`` behaviour. Use ``python -m verl_ext.main_ppo`` for the batch scope, or set
+    ``cov_scope=micro`` to make the choice explicit. Never runs under ``torch.compile``."""
+    if torch.compiler.is_compiling() or loss_name in _FALLBACK_NOTED:
+        return
+    (scope,) = policy_loss_params(config, "cov_scope")
+    if scope == "batch":
+        _FALLBACK_NOTED.add(loss_name)
+        logger.warning(
+            "verl_ext %s: policy_loss.cov_scope=batch but the loss received no 'cov_selected' batch field, so it "
+            "selects tokens within each call (micro-batch scope). verl_ext's trainer (python -m "
+            "verl_ext.main_ppo) supplies the batch-scope selection; set policy_loss.cov_scope=micro to silence this.",
+            loss_name,
+        )
 
 COV_LOSSES = ("clip_cov", "kl_cov")
 _MASK32 = 0xFFFFFFFF

@@ -24,7 +24,7 @@ import torch
 from verl.trainer.ppo.core_algos import register_policy_loss
 from verl_ext.config import clip_ratios, policy_loss_params
 from verl_ext.losses.common import aggregate, apply_rollout_weights, base_metrics, metric_frac, ppo_terms
-from verl_ext.selection import clip_cov_select, selection_metrics, token_covariance
+from verl_ext.selection import clip_cov_select, note_micro_fallback, selection_metrics, token_covariance
 
 
 @register_policy_loss("clip_cov")
@@ -54,6 +54,7 @@ def compute_policy_loss_clip_cov(
     metrics = base_metrics(terms, mask)
 
     if cov_selected is None:
+        note_micro_fallback("clip_cov", config)
         ppo_clipped = terms.clipped.detach() > terms.unclipped.detach()
         cov = token_covariance(advantages, log_prob, mask)
         candidates = mask & ~ppo_clipped

@@ -17,7 +17,6 @@ from typing import Any
 import torch
 
 from verl_ext.config import policy_loss_params
-from verl_ext.losses.common import masked_mean, metric_frac
 
 ERC_EPS = 1e-8
 
@@ -49,14 +48,14 @@ def entropy_ratio_mask(
     """Detach the per-token loss where the entropy ratio leaves ``(entropy_mask_low, entropy_mask_high)``."""
     low, high = policy_loss_params(config, "entropy_mask_low", "entropy_mask_high")
     rho = (entropy.detach() + ERC_EPS) / (old_entropy.detach() + ERC_EPS)
-    below, above = rho <= low, rho >= high
-    keep = ~(below | above)
-    below_frac, above_frac = metric_frac(below, mask), metric_frac(above, mask)
-    any_valid = mask.any().to(torch.float32)
+    keep = (rho > low) & (rho < high)
+    n_valid = mask.sum().clamp(min=1).to(torch.float32)
+    kept = (keep & mask).sum().to(torch.float32) / n_valid
+    below = (mask & (rho <= low)).sum().to(torch.float32) / n_valid
     metrics = {
-        "actor/erc/kept_frac": any_valid - below_frac - above_frac,
-        "actor/erc/below_frac": below_frac,
-        "actor/erc/above_frac": above_frac,
-        "actor/erc/entropy_ratio_mean": masked_mean(rho.to(torch.float32), mask),
+        "actor/erc/kept_frac": kept,
+        "actor/erc/below_frac": below,
+        "actor/erc/above_frac": (mask.any().to(torch.float32) - kept - below).clamp(min=0.0),
+        "actor/erc/entropy_ratio_mean": torch.where(mask, rho, 0.0).sum().to(torch.float32) / n_valid,
     }
     return torch.where(keep, loss_mat, loss_mat.detach()), metrics

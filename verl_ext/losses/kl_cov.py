@@ -20,7 +20,7 @@ import torch
 from verl.trainer.ppo.core_algos import register_policy_loss
 from verl_ext.config import clip_ratios, policy_loss_params
 from verl_ext.losses.common import aggregate, apply_rollout_weights, base_metrics, masked_mean, metric_frac, ppo_terms
-from verl_ext.selection import kl_cov_select, selection_metrics, token_covariance
+from verl_ext.selection import kl_cov_select, note_micro_fallback, selection_metrics, token_covariance
 
 
 @register_policy_loss("kl_cov")
@@ -50,6 +50,7 @@ def compute_policy_loss_kl_cov(
     metrics = base_metrics(terms, mask)
 
     if cov_selected is None:
+        note_micro_fallback("kl_cov", config)
         cov = token_covariance(advantages, log_prob, mask)
         selected = kl_cov_select(cov, mask, ratio)
         metrics.update(selection_metrics("actor/kl_cov", selected, cov, mask))

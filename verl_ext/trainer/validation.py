@@ -20,6 +20,8 @@ POLICY_LOSS = f"{ACTOR}.policy_loss"
 FSDP_STRATEGIES = ("fsdp", "fsdp2")
 ACTOR_TARGET = "verl_ext.actor_config.FSDPActorConfig"
 KL_CLIP_OFF = ("none",)
+GROUP_ESTIMATORS = ("grpo", "grpo_vectorized", "grpo_passk", "rloo", "rloo_vectorized")
+"""verl advantage estimators that compare the responses of one prompt with each other (need rollout.n >= 2)."""
 
 V1_REQUIREMENTS_HINT = (
     "verl's V1 trainer (trainer.use_v1=true, the default) needs the packages TransferQueue (==0.1.10, "
@@ -93,6 +95,16 @@ def check_kl_clip(config: DictConfig) -> None:
                           f"{ACTOR}.use_kl_loss=true or kl_clip_method=none")  # fmt: skip
 
 
+def check_group_size(config: DictConfig) -> None:
+    """Group-relative estimators (GRPO, RLOO) need several responses per prompt: with ``rollout.n=1`` every
+    advantage is 0 and nothing is learned, which verl does not report."""
+    estimator = _select(config, "algorithm.adv_estimator", "gae")
+    n = _select(config, "actor_rollout_ref.rollout.n", 1)
+    if estimator in GROUP_ESTIMATORS and (not isinstance(n, int) or n < 2):
+        raise ConfigError("actor_rollout_ref.rollout.n", f"{n!r} with algorithm.adv_estimator={estimator}, which "
+                          "normalises rewards within the n responses of a prompt; allowed an integer >= 2")  # fmt: skip
+
+
 def check_trainer(config: DictConfig) -> str:
     """The trainer must be importable and its V1 mode registered; returns a short description."""
     if not _select(config, "trainer.use_v1", True):
@@ -121,6 +133,7 @@ def check_verl_ext(config: DictConfig, actor: Any | None = None) -> dict[str, An
         check_actor_classes(actor)
     check_entropy_source(config, mode)
     check_kl_clip(config)
+    check_group_size(config)
     trainer = check_trainer(config)
     scope = _select(config, f"{POLICY_LOSS}.cov_scope", "batch")
     return {
@@ -135,6 +148,7 @@ __all__ = [
     "ConfigError",
     "check_actor_classes",
     "check_entropy_source",
+    "check_group_size",
     "check_kl_clip",
     "check_loss_mode",
     "check_strategy",
