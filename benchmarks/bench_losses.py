@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -34,6 +32,7 @@ from verl.workers.config import ActorConfig  # noqa: E402
 
 import verl_ext  # noqa: E402
 from verl_ext.config import PolicyLossConfig  # noqa: E402
+from verl_ext.machine import machine_info  # noqa: E402
 from verl_ext.selection import select_tokens_for_batch  # noqa: E402
 
 verl_ext.ensure_registered()
@@ -170,34 +169,9 @@ def bench_losses(args: argparse.Namespace, device: torch.device) -> list[dict]:
 
 def bench_engine(args: argparse.Namespace) -> list[dict]:
     """One update through verl's FSDP2 engine on a tiny model: vanilla, vanilla + entropy, grpo_erc."""
-    from verl_ext.cpu_engine import benchmark_update  # the CPU harness (verl's TrainingWorker on gloo)
+    from bench_engine import benchmark_update  # verl's TrainingWorker on gloo (verl_ext.cpu_engine)
 
     return benchmark_update(repeats=args.engine_repeats, batch=args.engine_batch, response_length=args.engine_len)
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def machine() -> dict:
-    info = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "verl": verl.__version__,
-        "verl_ext": verl_ext.__version__,
-        "cpu": _cpu_name(),
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-    }
-    if torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name()
-    return info
 
 
 def print_table(rows: list[dict], title: str) -> None:
@@ -233,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     if device.type == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device is available")
 
-    result = {"machine": machine(), "device": str(device), "tokens": [args.batch, args.seq]}
+    result = {"machine": machine_info(), "device": str(device), "tokens": [args.batch, args.seq]}
     rows, selection = bench_losses(args, device)
     result["losses"], result["batch_selection_ms"] = rows, selection
     print(f"machine: {result['machine']}")

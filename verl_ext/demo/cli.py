@@ -24,7 +24,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from verl_ext.demo.loop import DEMO_LOSS_SETTINGS, DemoConfig, run_loss
-from verl_ext.demo.report import History, machine_line, summary_table, write_csv
+from verl_ext.demo.report import History, summary_table, write_csv
+from verl_ext.machine import machine_line
 
 DEFAULT_LOSSES = ("vanilla", "clip_cov", "kl_cov", "grpo_erc")
 DEMO_VOCAB_EXTRA = ("repeat", ":")

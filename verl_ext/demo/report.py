@@ -1,14 +1,11 @@
-"""The demo's outputs besides the per-run JSONL logs: a CSV of every logged metric, a terminal table, and the
-description of the machine that goes into the PNG's title. The PNG itself is drawn by
-:func:`verl_ext.analyze.plot` from the JSONL logs, exactly as ``python -m verl_ext.analyze`` would."""
+"""The demo's outputs besides the per-run JSONL logs: a CSV of every logged metric and a terminal table.
+The PNG is drawn by :func:`verl_ext.analyze.plot` from the JSONL logs, as ``python -m verl_ext.analyze``
+would draw it."""
 
 from __future__ import annotations
 
 import csv
-import datetime
 import math
-import os
-import platform
 from pathlib import Path
 
 ENTROPY_KEY = "actor/entropy"
@@ -49,27 +46,4 @@ def summary_table(history: History, window: int = 5) -> str:
     return "\n".join(lines)
 
 
-def cpu_model() -> str:
-    """The CPU's model name from ``/proc/cpuinfo`` (Linux), else ``platform.processor()``."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def machine_line() -> str:
-    """Date, CPU, core count and library versions, for the PNG title and the terminal."""
-    import torch
-    import verl
-
-    return (
-        f"{datetime.date.today().isoformat()}, {cpu_model()} ({os.cpu_count()} cores), "
-        f"torch {torch.__version__}, verl {verl.__version__}"
-    )
-
-
-__all__ = ["ENTROPY_KEY", "REWARD_KEY", "History", "cpu_model", "machine_line", "summary_table", "write_csv"]
+__all__ = ["ENTROPY_KEY", "REWARD_KEY", "History", "summary_table", "write_csv"]
