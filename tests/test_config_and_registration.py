@@ -164,3 +164,18 @@ def test_ci_runs_exactly_the_readme_quick_start_commands():
     ci_lines = [line for line in (root / ".ci" / "run").read_text().splitlines() if line and not line.startswith(("#", "set ", "cd "))]
     assert blocks[:2] == ci_lines, (blocks, ci_lines)  # the set-up-and-demo block, then the test block
     assert blocks[1] == "python -m pytest -q" and "pip install torch==2.13.0" in blocks[0]
+
+
+def test_pyproject_lists_exactly_the_packages_in_the_tree():
+    """A subpackage missing from pyproject is missing from the wheel; one listed but absent breaks every
+    install (the failure of an earlier CI run)."""
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    setup = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(setup["packages"])
+    in_tree = {".".join(p.parent.relative_to(root).parts) for p in (root / "verl_ext").rglob("__init__.py")}
+    in_tree.add("verl_ext.configs")  # package-dir mapping: configs/ ships as verl_ext.configs
+    assert (root / setup["package-dir"]["verl_ext.configs"] / "__init__.py").is_file()
+    assert listed == in_tree, f"listed only: {sorted(listed - in_tree)}, in the tree only: {sorted(in_tree - listed)}"
