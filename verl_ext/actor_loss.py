@@ -37,6 +37,7 @@ from verl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
 from verl.utils.metric import AggregationType, Metric
 from verl.workers.utils.padding import no_padding_2_padding
 
+from verl_ext.config import loss_mode_of
 from verl_ext.kl_clip import clipped_kl_matrix
 from verl_ext.losses import COV_LOSSES, ERC_LOSSES, accepted_extras
 
@@ -44,10 +45,6 @@ OLD_ENTROPY = "old_entropy"
 COV_SELECTED = "cov_selected"
 BASE_FIELDS = ("response_mask", "old_log_probs", "advantages")
 OPTIONAL_FIELDS = ("rollout_is_weights", "ref_log_prob", OLD_ENTROPY, COV_SELECTED)
-
-
-def _policy_loss_mode(config: Any) -> str:
-    return str(config.policy_loss.get("loss_mode", "vanilla"))
 
 
 def _set_global_batch_info(config: Any, data: TensorDict) -> AggregationType:
@@ -126,7 +123,7 @@ def ppo_loss(config: Any, model_output: Any, data: TensorDict, dp_group: Any = N
     fields = [*BASE_FIELDS, *(k for k in OPTIONAL_FIELDS if k in data.keys())]
     batch = data.select(*fields).to_padded_tensor()
     response_mask = batch["response_mask"].to(bool)
-    loss_mode = _policy_loss_mode(config)
+    loss_mode = loss_mode_of(config)
 
     pg_loss, pg_metrics = get_policy_loss_fn(loss_mode)(
         old_log_prob=batch["old_log_probs"],

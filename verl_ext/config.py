@@ -97,7 +97,9 @@ def check_policy_loss_params(values: Mapping[str, Any]) -> None:
         raise _bad("cov_seed", seed, "an integer >= 0")
 
 
-def _get(obj: Any, key: str, default: Any = None) -> Any:
+def config_value(obj: Any, key: str, default: Any = None) -> Any:
+    """``obj.key`` for a dataclass config, ``obj[key]`` for a mapping / OmegaConf node; ``default`` when
+    ``obj`` is ``None`` or lacks the key."""
     if obj is None:
         return default
     if isinstance(obj, Mapping):
@@ -105,13 +107,18 @@ def _get(obj: Any, key: str, default: Any = None) -> Any:
     return getattr(obj, key, default)
 
 
+def loss_mode_of(actor_config: Any) -> str:
+    """``actor_config.policy_loss.loss_mode`` (``"vanilla"`` when unset), for any form of actor config."""
+    return str(config_value(config_value(actor_config, "policy_loss"), "loss_mode", "vanilla") or "vanilla")
+
+
 def policy_loss_params(config: Any, *names: str) -> tuple[Any, ...]:
     """Read ``names`` from ``config.policy_loss`` (verl's or verl_ext's class, or a mapping), falling back
     to verl_ext's defaults for keys that are absent or ``None``, and validate them."""
-    node = _get(config, "policy_loss")
+    node = config_value(config, "policy_loss")
     values = {}
     for name in names:
-        value = _get(node, name)
+        value = config_value(node, name)
         values[name] = DEFAULTS[name] if value is None else value
     check_policy_loss_params(values)
     return tuple(values[name] for name in names)
@@ -119,9 +126,9 @@ def policy_loss_params(config: Any, *names: str) -> tuple[Any, ...]:
 
 def clip_ratios(config: Any) -> tuple[float, float]:
     """PPO clip ranges ``(eps_low, eps_high)`` from the actor config, as verl reads them."""
-    eps = _get(config, "clip_ratio", 0.2)
-    low = _get(config, "clip_ratio_low")
-    high = _get(config, "clip_ratio_high")
+    eps = config_value(config, "clip_ratio", 0.2)
+    low = config_value(config, "clip_ratio_low")
+    high = config_value(config, "clip_ratio_high")
     eps_low = _number("clip_ratio_low", eps if low is None else low)
     eps_high = _number("clip_ratio_high", eps if high is None else high)
     if eps_low < 0 or eps_high < 0:
@@ -134,7 +141,7 @@ def clip_ratios(config: Any) -> tuple[float, float]:
 
 def dual_clip_c(config: Any) -> float:
     """The dual-clip constant ``clip_ratio_c`` of the actor config (verl's default 3.0); must be > 1."""
-    c = _number("clip_ratio_c", _get(config, "clip_ratio_c", 3.0))
+    c = _number("clip_ratio_c", config_value(config, "clip_ratio_c", 3.0))
     if not c > 1.0:
         raise ValueError(f"actor_rollout_ref.actor.clip_ratio_c={c!r} is invalid: allowed a number > 1")
     return c

@@ -43,6 +43,7 @@ from verl.utils import tensordict_utils as tu
 from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 from verl.workers.utils.losses import ppo_loss as verl_ppo_loss
 
+from verl_ext.config import config_value, loss_mode_of
 from verl_ext.losses import ERC_LOSSES
 
 logger = logging.getLogger(__name__)
@@ -61,24 +62,11 @@ class EntropyPlan:
     """Compute that entropy under ``torch.no_grad()`` (ERC with ``entropy_coeff == 0``)."""
 
 
-def _field(config: Any, key: str, default: Any = None) -> Any:
-    if config is None:
-        return default
-    if isinstance(config, Mapping):
-        return config.get(key, default)
-    return getattr(config, key, default)
-
-
-def loss_mode_of(actor_config: Any) -> str:
-    """``actor_config.policy_loss.loss_mode`` (``"vanilla"`` when unset); works on dataclasses and mappings."""
-    return str(_field(_field(actor_config, "policy_loss"), "loss_mode", "vanilla"))
-
-
 def entropy_plan(actor_config: Any) -> EntropyPlan:
     """The :class:`EntropyPlan` for an actor config (verl ``ActorConfig``, a subclass, or a mapping)."""
     if actor_config is None or loss_mode_of(actor_config) not in ERC_LOSSES:
         return EntropyPlan(calculate=False, no_grad=False)
-    entropy_coeff = float(_field(actor_config, "entropy_coeff", 0.0) or 0.0)
+    entropy_coeff = float(config_value(actor_config, "entropy_coeff", 0.0) or 0.0)
     return EntropyPlan(calculate=True, no_grad=entropy_coeff == 0.0)
 
 

@@ -24,6 +24,7 @@ import torch
 from tensordict import TensorDict
 from verl.workers.utils.padding import response_to_nested
 
+from verl_ext.config import config_value, loss_mode_of
 from verl_ext.losses import COV_LOSSES, ERC_LOSSES
 from verl_ext.selection import select_tokens_for_batch
 
@@ -43,28 +44,15 @@ SELECTION_INPUTS = ("advantages", "old_log_probs", "response_mask")
 """Batch fields :func:`select_cov_tokens` reads."""
 
 
-def _get(node: Any, key: str, default: Any = None) -> Any:
-    if node is None:
-        return default
-    if isinstance(node, Mapping):
-        return node.get(key, default)
-    return getattr(node, key, default)
-
-
-def loss_mode(actor_config: Any) -> str:
-    """``actor_config.policy_loss.loss_mode`` (``vanilla`` if unset); OmegaConf node, dataclass or dict."""
-    return str(_get(_get(actor_config, "policy_loss"), "loss_mode", "vanilla"))
-
-
 def needs_old_entropy(actor_config: Any) -> bool:
     """True for the ERC losses, which mask by ``H / H_old`` and so need ``old_entropy``."""
-    return loss_mode(actor_config) in ERC_LOSSES
+    return loss_mode_of(actor_config) in ERC_LOSSES
 
 
 def needs_batch_selection(actor_config: Any) -> bool:
     """True for ``clip_cov`` / ``kl_cov`` with ``policy_loss.cov_scope == "batch"`` (the default)."""
-    scope = _get(_get(actor_config, "policy_loss"), "cov_scope", "batch")
-    return loss_mode(actor_config) in COV_LOSSES and (scope or "batch") == "batch"
+    scope = config_value(config_value(actor_config, "policy_loss"), "cov_scope", "batch")
+    return loss_mode_of(actor_config) in COV_LOSSES and (scope or "batch") == "batch"
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -113,7 +101,7 @@ def select_cov_tokens(
     ``actor/<loss>/batch_cov_selected_max`` (the loss reports its own per-micro-batch values under the
     names without ``batch_``).
     """
-    mode = loss_mode(actor_config)
+    mode = loss_mode_of(actor_config)
     raw: dict[str, torch.Tensor] = {}
     selected = select_tokens_for_batch(
         mode, advantages, old_log_probs, response_mask, actor_config, step=step, metrics=raw
@@ -159,7 +147,6 @@ __all__ = [
     "add_cov_selected",
     "cov_selected_nested",
     "keep_old_entropy",
-    "loss_mode",
     "needs_batch_selection",
     "needs_old_entropy",
     "select_cov_tokens",
