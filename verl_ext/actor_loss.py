@@ -39,10 +39,8 @@ from verl.workers.utils.padding import no_padding_2_padding
 
 from verl_ext.config import loss_mode_of
 from verl_ext.kl_clip import clipped_kl_matrix
-from verl_ext.losses import COV_LOSSES, ERC_LOSSES, accepted_extras
+from verl_ext.trainer.hooks import COV_SELECTED, OLD_ENTROPY, needs_batch_selection, needs_old_entropy
 
-OLD_ENTROPY = "old_entropy"
-COV_SELECTED = "cov_selected"
 BASE_FIELDS = ("response_mask", "old_log_probs", "advantages")
 OPTIONAL_FIELDS = ("rollout_is_weights", "ref_log_prob", OLD_ENTROPY, COV_SELECTED)
 
@@ -64,33 +62,29 @@ def _set_global_batch_info(config: Any, data: TensorDict) -> AggregationType:
     return AggregationType.SUM if globally_normalised else AggregationType.MEAN
 
 
-def policy_loss_extras(
-    config: Any, loss_mode: str, batch: TensorDict, entropy: torch.Tensor | None
-) -> dict[str, torch.Tensor]:
-    """The extra keyword inputs for ``loss_mode``'s policy loss, from the padded ``batch`` and the entropy.
+def policy_loss_extras(config: Any, batch: TensorDict, entropy: torch.Tensor | None) -> dict[str, torch.Tensor]:
+    """The extra keyword inputs for the configured policy loss, from the padded ``batch`` and the entropy.
 
-    Raises ``ValueError`` when a batch-scope Clip-Cov / KL-Cov batch lacks ``cov_selected`` (the selection
-    is made by verl_ext's trainer before the update; silently re-selecting per micro-batch would change the
-    method). Missing ERC entropies are reported by the ERC loss itself.
+    Decided by the same predicates the trainer hooks use to add the fields (``needs_old_entropy``,
+    ``needs_batch_selection``). Raises ``ValueError`` when a batch-scope Clip-Cov / KL-Cov batch lacks
+    ``cov_selected`` (the selection is made by verl_ext's trainer before the update; silently re-selecting
+    per micro-batch would change the method). Missing ERC entropies are reported by the ERC loss itself.
     """
     extras: dict[str, torch.Tensor] = {}
-    accepted = accepted_extras(loss_mode)
-    if loss_mode in ERC_LOSSES:
+    if needs_old_entropy(config):
         if entropy is not None:
             extras["entropy"] = entropy
         if OLD_ENTROPY in batch.keys():
             extras["old_entropy"] = batch[OLD_ENTROPY]
-    elif loss_mode in COV_LOSSES and "cov_selected" in accepted:
-        scope = config.policy_loss.get("cov_scope", "batch") or "batch"
-        if scope == "batch":
-            if COV_SELECTED not in batch.keys():
-                raise ValueError(
-                    f"verl_ext: actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode} with cov_scope=batch "
-                    f"needs the batch field '{COV_SELECTED}', which verl_ext's trainer (python -m "
-                    "verl_ext.main_ppo) adds before each actor update; with another driver, add it with "
-                    "verl_ext.selection.select_tokens_for_batch or set policy_loss.cov_scope=micro"
-                )
-            extras["cov_selected"] = batch[COV_SELECTED].bool()
+    elif needs_batch_selection(config):
+        if COV_SELECTED not in batch.keys():
+            raise ValueError(
+                f"verl_ext: actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode_of(config)} with "
+                f"cov_scope=batch needs the batch field '{COV_SELECTED}', which verl_ext's trainer (python -m "
+                "verl_ext.main_ppo) adds before each actor update; with another driver, add it with "
+                "verl_ext.selection.select_tokens_for_batch or set policy_loss.cov_scope=micro"
+            )
+        extras["cov_selected"] = batch[COV_SELECTED].bool()
     return extras
 
 
@@ -133,7 +127,7 @@ def ppo_loss(config: Any, model_output: Any, data: TensorDict, dp_group: Any = N
         loss_agg_mode=config.loss_agg_mode,
         config=config,
         rollout_is_weights=batch.get("rollout_is_weights", None),
-        **policy_loss_extras(config, loss_mode, batch, entropy),
+        **policy_loss_extras(config, batch, entropy),
     )
     metrics: dict[str, Any] = dict(Metric.from_dict(pg_metrics, aggregation=AggregationType.MEAN))
     metrics["actor/pg_loss"] = Metric(value=pg_loss, aggregation=aggregation)

@@ -168,8 +168,13 @@ def run_loss(
     from verl.utils.metric import reduce_metrics
 
     from verl_ext.cpu_engine import CpuActor, make_batch
-    from verl_ext.losses import COV_LOSSES, ERC_LOSSES
-    from verl_ext.trainer.hooks import add_cov_selected, selection_step
+    from verl_ext.trainer.hooks import (
+        OLD_ENTROPY,
+        add_cov_selected,
+        needs_batch_selection,
+        needs_old_entropy,
+        selection_step,
+    )
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     config = actor_config(loss_mode, cfg)
@@ -187,8 +192,7 @@ def run_loss(
         responses = sampler.sample(prompt_ids, cfg.response_length, seed=cfg.seed * 1_000_003 + step)
         batch = make_batch(prompt_ids, responses, tokenizer.pad_token_id)
         mask = batch["response_mask"]
-        padded = torch.nn.functional.pad(batch["responses"], (0, cfg.response_length - mask.shape[1]))
-        scores = task.rewards(padded, torch.nn.functional.pad(mask, (0, cfg.response_length - mask.shape[1])), digit_ids)
+        scores = task.rewards(batch["responses"], mask, digit_ids)
         groups = np.repeat(np.arange(cfg.prompts_per_step), n)
         batch["advantages"] = grpo_advantages(scores, mask, groups)
 
@@ -201,9 +205,9 @@ def run_loss(
             "critic/score/min": float(scores.min()),
             "response_length/mean": float(mask.sum(dim=1).float().mean()),
         }
-        if loss_mode in ERC_LOSSES:
-            batch["old_entropy"] = old["entropy"]
-        if loss_mode in COV_LOSSES and config.policy_loss.cov_scope == "batch":
+        if needs_old_entropy(config):
+            batch[OLD_ENTROPY] = old["entropy"]
+        if needs_batch_selection(config):
             add_cov_selected(batch, config, selection_step(step), metrics)
         update = actor.update(batch)
         metrics.update({k if k.startswith("actor/") else f"actor/{k}": float(v) for k, v in reduce_metrics(update).items()})

@@ -31,8 +31,8 @@ class RepeatDigitTask:
         """Per-sequence reward in [0, 1]: share of the response slots holding the target digit.
 
         Args:
-            response_ids: ``(batch, response_length)`` sampled token ids.
-            response_mask: ``(batch, response_length)`` 1 for tokens before (and including) EOS.
+            response_ids: ``(batch, width)`` sampled token ids, ``width <= response_length`` (right padded).
+            response_mask: ``(batch, width)`` 1 for tokens before (and including) EOS.
             digit_ids: ``(batch,)`` token id of each sequence's target digit.
         """
         hits = (response_ids == digit_ids.unsqueeze(1)) & response_mask.bool()

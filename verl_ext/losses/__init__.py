@@ -24,15 +24,5 @@ LOSSES = {
 ERC_LOSSES = frozenset({"grpo_erc", "gppo_erc"})
 COV_LOSSES = frozenset({"clip_cov", "kl_cov"})
 
-_EXTRAS = {
-    **{name: frozenset({"entropy", "old_entropy"}) for name in ERC_LOSSES},
-    **{name: frozenset({"cov_selected"}) for name in COV_LOSSES},
-}
 
-
-def accepted_extras(loss_mode: str) -> frozenset[str]:
-    """Names of the extra keyword inputs the registered loss ``loss_mode`` accepts (empty for verl's own)."""
-    return _EXTRAS.get(loss_mode, frozenset())
-
-
-__all__ = ["LOSSES", "ERC_LOSSES", "COV_LOSSES", "accepted_extras"]
+__all__ = ["LOSSES", "ERC_LOSSES", "COV_LOSSES"]

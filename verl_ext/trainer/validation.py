@@ -13,7 +13,8 @@ from omegaconf import DictConfig, OmegaConf
 from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
 
 from verl_ext.config import PolicyLossConfig
-from verl_ext.losses import COV_LOSSES, ERC_LOSSES
+from verl_ext.losses import ERC_LOSSES
+from verl_ext.trainer.hooks import needs_batch_selection, needs_old_entropy
 
 ACTOR = "actor_rollout_ref.actor"
 POLICY_LOSS = f"{ACTOR}.policy_loss"
@@ -135,12 +136,12 @@ def check_verl_ext(config: DictConfig, actor: Any | None = None) -> dict[str, An
     check_kl_clip(config)
     check_group_size(config)
     trainer = check_trainer(config)
-    scope = _select(config, f"{POLICY_LOSS}.cov_scope", "batch")
+    actor_node = _select(config, ACTOR)
     return {
         "loss_mode": mode,
         "trainer": trainer,
-        "old_entropy": mode in ERC_LOSSES,
-        "cov_selected": mode in COV_LOSSES and scope == "batch",
+        "old_entropy": needs_old_entropy(actor_node),
+        "cov_selected": needs_batch_selection(actor_node),
     }
 
 
