@@ -2,7 +2,7 @@
 # Shared part of the recipe scripts in recipe/: sourced, never run directly.
 #
 # A recipe script sets EXP_NAME's default, calls one base function (recipe_gsm8k_base or
-# recipe_dapo_base), appends its loss settings to RECIPE_ARGS and ends with `recipe_run "$@"`.
+# recipe_dapo_base), calls `recipe_loss <loss>` (the papers' settings for that loss) and ends with `recipe_run "$@"`.
 #
 # Environment (all optional; defaults depend on the family):
 #   MODEL_PATH       model directory or hub id
@@ -229,6 +229,27 @@ recipe_dapo_base() {
         trainer.test_freq=10
         trainer.save_freq=50
     )
+}
+
+# recipe_loss NAME: the policy loss and the papers' settings for it, one place for every recipe.
+#   vanilla   verl's PPO / GRPO loss
+#   clip_cov  arXiv 2505.22617 (authors' 7B runs): detach 2e-4 of the tokens with cov in (1, 5), PPO clip 1 / 1
+#   kl_cov    arXiv 2505.22617 (7B): |lp - old| penalty on the top 2e-3 covariance tokens, coefficient 1
+#   grpo_erc  arXiv 2512.05591 (ERC 7B DAPO runs): entropy-ratio band (0.95, 1.05)
+#   gppo_erc  arXiv 2512.05591 / 2509.20712 (ERC 7B GPPO runs): band (0.95, 1.05), beta1 = beta2 = 1, clip 0.2 / 0.2
+recipe_loss() {
+    local loss="actor_rollout_ref.actor.policy_loss" actor="actor_rollout_ref.actor"
+    RECIPE_ARGS+=("$loss.loss_mode=$1")
+    case "$1" in
+        vanilla) ;;
+        clip_cov) RECIPE_ARGS+=("$loss.clip_cov_ratio=0.0002" "$loss.clip_cov_lb=1.0" "$loss.clip_cov_ub=5.0"
+                                "$actor.clip_ratio_low=1.0" "$actor.clip_ratio_high=1.0") ;;
+        kl_cov) RECIPE_ARGS+=("$loss.kl_cov_ratio=0.002" "$loss.ppo_kl_coef=1.0") ;;
+        grpo_erc) RECIPE_ARGS+=("$loss.entropy_mask_low=0.95" "$loss.entropy_mask_high=1.05") ;;
+        gppo_erc) RECIPE_ARGS+=("$loss.entropy_mask_low=0.95" "$loss.entropy_mask_high=1.05"
+                                "$loss.gppo_beta1=1.0" "$loss.gppo_beta2=1.0" "$actor.clip_ratio_high=0.2") ;;
+        *) recipe_die "recipe_loss: unknown loss '$1'; allowed vanilla, clip_cov, kl_cov, grpo_erc, gppo_erc" ;;
+    esac
 }
 
 # recipe_run "$@": run (or dry-run, or print) python -m verl_ext.main_ppo with RECIPE_ARGS + overrides.

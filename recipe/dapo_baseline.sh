@@ -7,7 +7,5 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 : "${EXP_NAME:=dapo-baseline}"
 recipe_dapo_base
-RECIPE_ARGS+=(
-    actor_rollout_ref.actor.policy_loss.loss_mode=vanilla
-)
+recipe_loss vanilla
 recipe_run "$@"

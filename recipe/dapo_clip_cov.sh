@@ -7,12 +7,5 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 : "${EXP_NAME:=dapo-clip-cov}"
 recipe_dapo_base
-RECIPE_ARGS+=(
-    actor_rollout_ref.actor.policy_loss.loss_mode=clip_cov
-    actor_rollout_ref.actor.policy_loss.clip_cov_ratio=0.0002
-    actor_rollout_ref.actor.policy_loss.clip_cov_lb=1.0
-    actor_rollout_ref.actor.policy_loss.clip_cov_ub=5.0
-    actor_rollout_ref.actor.clip_ratio_low=1.0
-    actor_rollout_ref.actor.clip_ratio_high=1.0
-)
+recipe_loss clip_cov
 recipe_run "$@"

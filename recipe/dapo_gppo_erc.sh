@@ -8,12 +8,5 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 : "${EXP_NAME:=dapo-gppo-erc}"
 recipe_dapo_base
-RECIPE_ARGS+=(
-    actor_rollout_ref.actor.policy_loss.loss_mode=gppo_erc
-    actor_rollout_ref.actor.policy_loss.entropy_mask_low=0.95
-    actor_rollout_ref.actor.policy_loss.entropy_mask_high=1.05
-    actor_rollout_ref.actor.policy_loss.gppo_beta1=1.0
-    actor_rollout_ref.actor.policy_loss.gppo_beta2=1.0
-    actor_rollout_ref.actor.clip_ratio_high=0.2
-)
+recipe_loss gppo_erc
 recipe_run "$@"

@@ -7,9 +7,5 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 : "${EXP_NAME:=dapo-grpo-erc}"
 recipe_dapo_base
-RECIPE_ARGS+=(
-    actor_rollout_ref.actor.policy_loss.loss_mode=grpo_erc
-    actor_rollout_ref.actor.policy_loss.entropy_mask_low=0.95
-    actor_rollout_ref.actor.policy_loss.entropy_mask_high=1.05
-)
+recipe_loss grpo_erc
 recipe_run "$@"

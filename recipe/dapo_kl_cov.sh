@@ -7,9 +7,5 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 : "${EXP_NAME:=dapo-kl-cov}"
 recipe_dapo_base
-RECIPE_ARGS+=(
-    actor_rollout_ref.actor.policy_loss.loss_mode=kl_cov
-    actor_rollout_ref.actor.policy_loss.kl_cov_ratio=0.002
-    actor_rollout_ref.actor.policy_loss.ppo_kl_coef=1.0
-)
+recipe_loss kl_cov
 recipe_run "$@"

@@ -6,7 +6,5 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 : "${EXP_NAME:=gsm8k-grpo-vanilla}"
 recipe_gsm8k_base
-RECIPE_ARGS+=(
-    actor_rollout_ref.actor.policy_loss.loss_mode=vanilla
-)
+recipe_loss vanilla
 recipe_run "$@"
