@@ -79,6 +79,16 @@ def legacy_trainer_class(cls: type = VerlExtRayPPOTrainer) -> Iterator[None]:
 class VerlExtTaskRunnerImpl(TaskRunner.__ray_actor_class__):
     """verl's legacy ``TaskRunner`` (the Ray actor class behind it) with verl_ext's worker and trainer."""
 
+    def __init__(self) -> None:
+        # Must be defined here, not inherited: Ray wraps every method of an actor class, inherited ones
+        # included (ray/util/tracing/tracing_helper.py, _inject_tracing_into_class), on a subclass that it
+        # pickles by value. verl's TaskRunner.__init__ is not reachable by name (the module attribute
+        # `TaskRunner` is the ray.remote wrapper), so cloudpickle copies it by value with its __class__
+        # cell - a copy of TaskRunner - and its `super().__init__()` fails in the actor process with
+        # "TypeError: super(type, obj): obj must be an instance or subtype of type". This __init__ pickles
+        # by reference, and its super() call reaches verl's original.
+        super().__init__()
+
     def add_actor_rollout_worker(self, config: Any):
         _, ray_worker_group_cls = super().add_actor_rollout_worker(config)
         roles = use_verl_ext_actor_worker(self.role_worker_mapping)

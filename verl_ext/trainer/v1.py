@@ -100,6 +100,10 @@ def v1_trainer_registered(mode: str) -> Iterator[type]:
 class VerlExtTaskRunnerV1Impl(TaskRunnerV1.__ray_actor_class__):
     """verl's ``TaskRunnerV1`` (the Ray actor class behind it) running verl_ext's V1 trainer."""
 
+    def __init__(self) -> None:
+        # defined here so that Ray pickles it by reference (see VerlExtTaskRunnerImpl.__init__ in legacy.py)
+        super().__init__()
+
     def run(self, config: Any) -> None:
         ensure_registered()
         with v1_trainer_registered(config.trainer.v1.trainer_mode):
