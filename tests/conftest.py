@@ -7,6 +7,7 @@ import pytest
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "engine: runs verl's real FSDP2 TrainingWorker on CPU/gloo (slow-ish)")
+    config.addinivalue_line("markers", "e2e: runs verl's whole trainer in CPU mode (Ray, FSDP2, vLLM's CPU engine; minutes)")
 
 
 @pytest.fixture(scope="session")

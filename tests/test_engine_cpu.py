@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import torch
 
-from verl_ext import cpu_platform
+from verl_ext.cpu import platform as cpu_platform
 from verl_ext.tiny_model import DEFAULT_WORDS, build_tiny_model, build_tokenizer
 
 pytestmark = [pytest.mark.engine, pytest.mark.filterwarnings("ignore:.*engine is not available:UserWarning")]
@@ -122,7 +122,7 @@ def make_actor(tiny_model_dir) -> Callable[..., Any]:
 def test_importing_cpu_platform_does_not_select_it():
     """In a fresh process: import registers the class, but verl's auto-detection still ignores it."""
     code = (
-        "import verl_ext.cpu_platform as c\n"
+        "import verl_ext.cpu.platform as c\n"
         "from verl.plugin.platform import platform_manager as pm\n"
         "print(pm.PlatformRegistry.get('cpu') is c.PlatformCPU, c.PlatformCPU().is_platform_available(True),"
         " pm._detect_platform_name(), pm._current_platform is None)\n"
@@ -139,7 +139,7 @@ def test_importing_cpu_platform_does_not_select_it():
 def test_activate_replaces_verls_unusable_fallback_platform():
     """On a CPU-only machine verl falls back to 'nvidia'; activate() replaces that (and only that)."""
     code = (
-        "import verl_ext.cpu_platform as c\n"
+        "import verl_ext.cpu.platform as c\n"
         "from verl.plugin.platform import get_platform\n"
         "before = get_platform()\n"
         "c.activate()\n"
@@ -171,8 +171,9 @@ def test_activate_selects_gloo_cpu_platform_and_engine():
 
     cpu_platform.activate()
     assert cpu_platform.is_active() and isinstance(get_platform(), cpu_platform.PlatformCPU)
-    assert (get_nccl_backend(), get_resource_name()) == ("gloo", "CPU")
-    assert get_platform().ray_resource_options(2) == {"num_cpus": 2}
+    # Ray's GPU resource is CPU mode's logical worker slot (Ray reports accelerator ids only for it)
+    assert (get_nccl_backend(), get_resource_name()) == ("gloo", "GPU")
+    assert get_platform().ray_resource_options(2) == {"num_gpus": 2}
     assert get_torch_device().max_memory_allocated() > 0
     assert EngineRegistry.get_engine_cls("language_model", "fsdp2") is FSDPEngineWithLMHead
     cpu_platform.activate()  # idempotent

@@ -4,7 +4,7 @@ the CPU demo and the benchmarks.
 :class:`CpuActor` does what verl's ``ActorRolloutRefWorker.init_model`` and the trainer's
 ``_compute_old_log_prob`` / ``_update_actor`` do for the actor, minus Ray and rollout:
 
-* selects verl_ext's CPU platform (:mod:`verl_ext.cpu_platform`) and starts a one-rank gloo process group;
+* selects verl_ext's CPU platform (:mod:`verl_ext.cpu.platform`) and starts a one-rank gloo process group;
 * builds ``HFModelConfig`` (sdpa attention, remove-padding), an fp32 ``FSDPEngineConfig`` (strategy ``fsdp2``,
   fp32 mixed precision i.e. no bf16 autocast, no torch.compile, no dynamic batch size) and a
   ``TrainingWorkerConfig``;
@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from verl_ext import cpu_platform
+from verl_ext.cpu import platform as cpu_platform
 
 
 def _free_port() -> int:
@@ -313,7 +313,7 @@ class CpuActor:
 
 def cpu_actor_overrides(model_path: str, micro_batch_size: int = 2) -> list[str]:
     """Hydra overrides of verl's ``ppo_trainer`` config under which verl's own ``ActorRolloutRefWorker``
-    (role ``actor``) builds its FSDP2 actor on CPU, given :func:`verl_ext.cpu_platform.activate` and
+    (role ``actor``) builds its FSDP2 actor on CPU, given :func:`verl_ext.cpu.platform.activate` and
     :func:`init_cpu_process_group` in the process: the same engine settings :class:`CpuActor` uses."""
     actor, fsdp = "actor_rollout_ref.actor", "actor_rollout_ref.actor.fsdp_config"
     return [

@@ -193,6 +193,7 @@ def summary(config: DictConfig, validated: Validated) -> str:
     lines = [
         "verl_ext dry run: the configuration is valid",
         f"  trainer   : {validated.facts.get('trainer')}",
+        f"  platform  : {validated.facts.get('platform')}",
         f"  cluster   : {trainer.nnodes} node(s) x {trainer.n_gpus_per_node} GPU(s) = "
         f"{trainer.nnodes * trainer.n_gpus_per_node} (device {trainer.device}), rollout {rollout.name}",
         f"  model     : {config.actor_rollout_ref.model.path}",

@@ -20,11 +20,14 @@ bad key, without starting Ray.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from verl_ext.cpu import mode as cpu_mode
+from verl_ext.cpu.workarounds import keep_local_ray_on_loopback, private_ray_token_file
 from verl_ext.dry_run import dry_run, error_line, validate
 from verl_ext.registration import ensure_registered
 from verl_ext.trainer.validation import ConfigError
@@ -62,8 +65,17 @@ def run(config: DictConfig) -> int:
     from verl.utils.device import auto_set_device
 
     auto_set_device(config)
+    if cpu_mode.active() and not ray_cluster_address(config):
+        keep_local_ray_on_loopback()  # the local Ray (and vLLM's servers) listen on 127.0.0.1 only
+        private_ray_token_file()  # and its token (Ray turns token auth on) is readable by this user only
     run_ppo(config, task_runner_class=task_runner_class(config))
     return 0
+
+
+def ray_cluster_address(config: DictConfig) -> str | None:
+    """The Ray cluster verl will join (``ray_kwargs.ray_init.address`` or ``RAY_ADDRESS``), or ``None`` when it
+    starts a local one."""
+    return OmegaConf.select(config, "ray_kwargs.ray_init.address", default=None) or os.environ.get("RAY_ADDRESS") or None
 
 
 @hydra.main(config_path=CONFIG_PATH, config_name=CONFIG_NAME, version_base=None)

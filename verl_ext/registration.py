@@ -2,7 +2,7 @@
 
 ``pyproject.toml`` declares ``verl_ext = "verl_ext.registration:register"`` in the ``verl.plugins`` entry-point
 group; ``import verl`` loads every such entry point in every process (driver, TaskRunner, Ray workers), which
-imports this module and so registers the losses. verl swallows plugin import errors at DEBUG level, so
+imports this module and so registers the losses (CPU mode has its own entry point, :mod:`verl_ext.cpu.plugin`). verl swallows plugin import errors at DEBUG level, so
 entry points of verl_ext call :func:`ensure_registered`, which fails loudly instead.
 """
 

@@ -1,8 +1,15 @@
-"""A CPU platform for verl 0.9.x, for tests and the CPU demo only.
+"""A CPU platform for verl 0.9.x: the device side of CPU mode (``VERL_PLATFORM=cpu``).
 
 verl 0.9.1 resolves its device through ``verl.plugin.platform`` (CUDA, NPU, ROCm) and has no CPU platform.
-This module adds one - ``PlatformRegistry`` name ``"cpu"``: device ``cpu``, ``gloo`` collectives, Ray
-resource ``CPU`` - so that verl's FSDP2 ``TrainingWorker`` runs on a machine without an accelerator.
+This module adds one - ``PlatformRegistry`` name ``"cpu"``: device ``cpu``, ``gloo`` collectives - so that
+verl's FSDP2 workers, and with them verl's whole trainer, run on a machine without an accelerator.
+
+Ray resource: verl places one worker per accelerator "slot" and reads the slot's id from Ray's accelerator
+ids (``ray.get_runtime_context().get_accelerator_ids()[<resource>]``, e.g. when the vLLM servers start).
+Ray reports ids only for accelerator resources, so the CPU platform names Ray's ``GPU`` resource as its
+slot: a CPU-mode Ray cluster declares ``num_gpus`` logical slots per node (``configs/platform/cpu.yaml``
+sets ``ray_kwargs.ray_init.num_gpus``; ``ray start --num-gpus N`` on a cluster), one per training process.
+No GPU is used or needed; ``torch.cuda`` stays unavailable.
 
 It is never active by accident:
 
@@ -27,20 +34,13 @@ import torch
 from verl.plugin.platform import PlatformBase, PlatformRegistry, set_platform
 from verl.plugin.platform import platform_manager
 
+from verl_ext.cpu import mode as _mode
+from verl_ext.cpu.mode import ENV_VAR, PLATFORM_NAME, requested
+from verl_ext.cpu.mode import cuda_present as _cuda_present
+
 logger = logging.getLogger(__name__)
 
-PLATFORM_NAME = "cpu"
-ENV_VAR = "VERL_PLATFORM"
-
 _requested = False
-
-
-def _cuda_present() -> bool:
-    return bool(torch.cuda.is_available())
-
-
-def _requested_by_env() -> bool:
-    return os.environ.get(ENV_VAR, "").strip().lower() == PLATFORM_NAME
 
 
 def _bytes_of_this_process() -> int:
@@ -91,6 +91,11 @@ def _build_device_module() -> types.ModuleType:
     shim.mem_get_info = _mem_get_info
     shim.get_device_name = lambda device=None: "cpu"
     shim.manual_seed = torch.manual_seed
+    # the device RNG is the CPU generator (verl's checkpoint loader restores it under the key "cpu")
+    shim.get_rng_state = torch.get_rng_state
+    shim.set_rng_state = torch.set_rng_state
+    shim.ipc_collect = lambda: None
+    shim.set_per_process_memory_fraction = lambda fraction, device=None: None
     shim.manual_seed_all = torch.manual_seed
     shim.is_available = lambda: True
     shim.device_count = lambda: 1
@@ -102,7 +107,7 @@ def _build_device_module() -> types.ModuleType:
 
 @PlatformRegistry.register(platform=PLATFORM_NAME)
 class PlatformCPU(PlatformBase):
-    """verl platform backed by the host CPU (gloo collectives, Ray resource ``CPU``)."""
+    """verl platform backed by the host CPU (gloo collectives; Ray ``GPU`` resource as logical slots)."""
 
     _device_module: Optional[types.ModuleType] = None
 
@@ -126,7 +131,7 @@ class PlatformCPU(PlatformBase):
 
     def is_platform_available(self, use_smi_check: bool = False) -> bool:
         """Auto-detection hook: true only without CUDA *and* when the CPU platform was requested."""
-        return self.is_available() and (_requested or _requested_by_env())
+        return self.is_available() and (_requested or requested())
 
     def current_device(self) -> str:  # verl passes this to ``Tensor.to``; an int would mean a CUDA index
         return "cpu"
@@ -172,10 +177,8 @@ class PlatformCPU(PlatformBase):
         return None
 
     def ray_resource_name(self) -> str:
-        return "CPU"
-
-    def ray_resource_options(self, num_gpus: float) -> dict[str, Any]:
-        return {"num_cpus": num_gpus}
+        """Ray's ``GPU`` resource, used as a logical worker slot (see the module docstring)."""
+        return "GPU"
 
     def ray_noset_envvars(self) -> list[str]:
         return []
@@ -187,7 +190,7 @@ class PlatformCPU(PlatformBase):
         return None
 
 
-def _register_cpu_engines() -> None:
+def register_cpu_engines() -> None:
     """Make verl's FSDP engines resolvable for device ``cpu`` (verl registers ``cuda`` / ``npu`` only)."""
     from verl.workers.engine import EngineRegistry
     from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead, FSDPEngineWithValueHead
@@ -222,14 +225,14 @@ def activate(export_env: bool = False) -> PlatformCPU:
     global _requested
     if _cuda_present():
         raise RuntimeError(
-            "verl_ext.cpu_platform.activate(): CUDA is available on this machine; the CPU platform is only "
+            "verl_ext.cpu.platform.activate(): CUDA is available on this machine; the CPU platform is only "
             "for machines without a GPU. Unset VERL_PLATFORM=cpu and use verl's CUDA platform."
         )
     current = platform_manager._current_platform
     if current is not None and not isinstance(current, PlatformCPU):
         if current.is_available():
             raise RuntimeError(
-                f"verl_ext.cpu_platform.activate(): verl already resolved the usable platform "
+                f"verl_ext.cpu.platform.activate(): verl already resolved the usable platform "
                 f"{type(current).__name__!r} (device {current.device_name!r}) in this process; refusing to "
                 "replace it. Call activate() (or set VERL_PLATFORM=cpu) before anything calls "
                 "verl.plugin.platform.get_platform()."
@@ -250,9 +253,13 @@ def activate(export_env: bool = False) -> PlatformCPU:
         set_platform(PlatformCPU())
     if export_env:
         os.environ[ENV_VAR] = PLATFORM_NAME
-    _register_cpu_engines()
-    logger.info("verl_ext: CPU platform active (gloo, Ray resource CPU)")
+    register_cpu_engines()
+    logger.info("verl_ext: CPU platform active (gloo; Ray GPU resource as logical worker slots)")
     return platform_manager._current_platform  # type: ignore[return-value]
 
 
-__all__ = ["PLATFORM_NAME", "PlatformCPU", "activate", "is_active"]
+__all__ = ["PLATFORM_NAME", "PlatformCPU", "activate", "is_active", "register_cpu_engines"]
+
+# Imported before verl, this module's `import verl` ran verl_ext's CPU plugin while PlatformCPU did not exist
+# yet; the plugin then left CPU mode to this line (a no-op when CPU mode is off or already on).
+_mode.enable_in_process()

@@ -17,6 +17,7 @@ holds jagged (nested) per-response tensors in the TransferQueue store. Both form
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -114,14 +115,21 @@ def select_cov_tokens(
     return selected.bool()
 
 
+SELECTION_TIMER = "timing_s/verl_ext/cov_selection"
+"""Metric: seconds the driver spent on the batch-scope selection of the step."""
+
+
 def add_cov_selected(batch: TensorDict | Mapping, actor_config: Any, step: int, metrics: dict | None = None) -> None:
     """Legacy trainer: add ``cov_selected`` to a padded batch (``DataProto.batch``) in place."""
     missing = [k for k in SELECTION_INPUTS if k not in batch.keys()]
     if missing:
         raise KeyError(f"verl_ext: batch-scope covariance selection needs batch fields {missing}")
+    start = time.perf_counter()
     batch[COV_SELECTED] = select_cov_tokens(
         batch["advantages"], batch["old_log_probs"], batch["response_mask"], actor_config, step, metrics
     )
+    if metrics is not None:
+        metrics[SELECTION_TIMER] = time.perf_counter() - start
 
 
 def cov_selected_nested(data: TensorDict, actor_config: Any, step: int, metrics: dict | None = None) -> TensorDict:
@@ -130,6 +138,7 @@ def cov_selected_nested(data: TensorDict, actor_config: Any, step: int, metrics:
     missing = [k for k in SELECTION_INPUTS if k not in data.keys()]
     if missing:
         raise KeyError(f"verl_ext: batch-scope covariance selection needs batch fields {missing}")
+    start = time.perf_counter()
     response_mask = data["response_mask"]
     padded = data.select(*SELECTION_INPUTS).to_padded_tensor()
     selected = select_cov_tokens(
@@ -137,6 +146,8 @@ def cov_selected_nested(data: TensorDict, actor_config: Any, step: int, metrics:
     )
     if response_mask.is_nested:
         selected = response_to_nested(selected, response_mask)
+    if metrics is not None:
+        metrics[SELECTION_TIMER] = time.perf_counter() - start
     return TensorDict({COV_SELECTED: selected}, batch_size=data.batch_size)
 
 
@@ -144,6 +155,7 @@ __all__ = [
     "COV_SELECTED",
     "OLD_ENTROPY",
     "SELECTION_INPUTS",
+    "SELECTION_TIMER",
     "add_cov_selected",
     "cov_selected_nested",
     "keep_old_entropy",

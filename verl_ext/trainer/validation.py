@@ -7,6 +7,7 @@ checks (``verl.utils.config.validate_config`` and the dataclasses' ``__post_init
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -123,6 +124,49 @@ def check_trainer(config: DictConfig) -> str:
     return f"V1 trainer (trainer.v1.trainer_mode={mode})"
 
 
+CPU_MODE_NEEDS = (
+    (f"{ACTOR}.strategy", ("fsdp2",), "verl's FSDP1 engine needs GPU parameters"),
+    ("actor_rollout_ref.rollout.name", ("vllm",), "vLLM's CPU build is the rollout engine CPU mode runs"),
+    (f"{ACTOR}.use_dynamic_bsz", (False,), "dynamic batch size packs sequences with GPU-only helpers"),
+    ("trainer.device", ("cpu",), "the trainer places batches on this device"),
+)
+"""Settings CPU mode cannot do without: (key, allowed values, why). ``configs/platform/cpu.yaml`` sets them."""
+
+
+LOCAL_RAY_ONLY = ("num_cpus", "num_gpus", "include_dashboard")
+"""``ray.init`` arguments of ``configs/platform/cpu.yaml`` that Ray accepts only when it starts a local cluster."""
+
+
+def check_platform(config: DictConfig) -> str:
+    """CPU mode (``VERL_PLATFORM=cpu``): never next to CUDA, and only with the settings it can run (which
+    ``configs/platform/cpu.yaml`` sets unless the command line changed them); returns a description."""
+    from verl.trainer.ppo.utils import need_critic
+
+    from verl_ext.cpu import mode as cpu_mode
+
+    if not cpu_mode.requested():
+        return "accelerator (verl's platform detection)"
+    if cpu_mode.cuda_present():
+        raise ConfigError(cpu_mode.ENV_VAR, f"{cpu_mode.PLATFORM_NAME!r} selects CPU mode, which never runs on a "
+                          "machine with a CUDA GPU; unset it to train on the GPU")  # fmt: skip
+    for key, allowed, why in CPU_MODE_NEEDS:
+        value = _select(config, key)
+        if value not in allowed:
+            raise ConfigError(key, f"{value!r} does not run in CPU mode ({cpu_mode.ENV_VAR}=cpu): {why}; "
+                              f"allowed: {list(allowed)}")  # fmt: skip
+    if need_critic(config):
+        raise ConfigError("algorithm.adv_estimator", f"{_select(config, 'algorithm.adv_estimator')!r} needs a "
+                          "critic, which CPU mode does not run (verl_ext starts the gloo process group in the "
+                          "actor worker only); use a critic-free estimator such as grpo or rloo")  # fmt: skip
+    if _select(config, "ray_kwargs.ray_init.address") or os.environ.get("RAY_ADDRESS"):
+        for key in LOCAL_RAY_ONLY:
+            if _select(config, f"ray_kwargs.ray_init.{key}") is not None:
+                raise ConfigError(f"ray_kwargs.ray_init.{key}", "is set while joining a running Ray cluster "
+                                  "(RAY_ADDRESS / ray_kwargs.ray_init.address), which Ray rejects; it only applies "
+                                  "to a local cluster: set it to null")  # fmt: skip
+    return f"CPU mode ({cpu_mode.ENV_VAR}=cpu: FSDP2 on gloo, vLLM's CPU engine, configs/platform/cpu.yaml)"
+
+
 def check_verl_ext(config: DictConfig, actor: Any | None = None) -> dict[str, Any]:
     """All of verl_ext's config-time checks. ``actor`` is the built actor dataclass, if available.
 
@@ -136,10 +180,12 @@ def check_verl_ext(config: DictConfig, actor: Any | None = None) -> dict[str, An
     check_kl_clip(config)
     check_group_size(config)
     trainer = check_trainer(config)
+    platform = check_platform(config)
     actor_node = _select(config, ACTOR)
     return {
         "loss_mode": mode,
         "trainer": trainer,
+        "platform": platform,
         "old_entropy": needs_old_entropy(actor_node),
         "cov_selected": needs_batch_selection(actor_node),
     }
@@ -152,6 +198,7 @@ __all__ = [
     "check_group_size",
     "check_kl_clip",
     "check_loss_mode",
+    "check_platform",
     "check_strategy",
     "check_trainer",
     "check_verl_ext",

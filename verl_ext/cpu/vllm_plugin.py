@@ -1,0 +1,23 @@
+"""verl_ext's ``vllm.general_plugins`` entry point: CPU mode inside vLLM's own processes.
+
+vLLM calls :func:`register` in every process it starts (API server, engine core, workers) before it loads
+a model. verl's weight sync writes into the engine process's model, which does not import verl, so this is
+where :func:`verl_ext.cpu.workarounds.keep_vllm_cpu_linear_weights` must run. Outside CPU mode
+(``VERL_PLATFORM`` not ``cpu``, or CUDA present) it does nothing.
+"""
+
+from __future__ import annotations
+
+from verl_ext.cpu import mode
+
+
+def register() -> None:
+    """vLLM general-plugin hook (idempotent)."""
+    if not mode.active():
+        return
+    from verl_ext.cpu.workarounds import keep_vllm_cpu_linear_weights
+
+    keep_vllm_cpu_linear_weights()
+
+
+__all__ = ["register"]

