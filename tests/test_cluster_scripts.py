@@ -27,6 +27,8 @@ FAKE_RAY = textwrap.dedent(
     args = sys.argv[1:]
     with open(os.environ["FAKE_RAY_LOG"], "w") as handle:
         json.dump(args, handle)
+    with open(os.environ["FAKE_RAY_LOG"] + ".auth", "w") as handle:  # the authentication Ray would use
+        json.dump({{k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_TOKEN")}}, handle)
     if args[:2] == ["job", "submit"]:
         runtime_env = json.loads(next(a for a in args if a.startswith("--runtime-env-json="))[19:])
         with open(os.environ["FAKE_RAY_ENV"], "w") as handle:
@@ -44,10 +46,27 @@ def fake_ray(tmp_path):
     path.write_text(FAKE_RAY)
     path.chmod(0o755)
     env = dict(os.environ)
-    env.update(RAY=str(path), FAKE_RAY_LOG=str(tmp_path / "ray_args.json"), FAKE_RAY_ENV=str(tmp_path / "runtime_env.json"))
-    for name in ("RAY_PORT", "RAY_DASHBOARD_PORT", "NODE_IP", "GPUS_PER_NODE", "RAY_HEAD_ADDRESS", "RAY_ADDRESS"):
+    home = tmp_path / "home"
+    home.mkdir()
+    env.update(RAY=str(path), FAKE_RAY_LOG=str(tmp_path / "ray_args.json"), FAKE_RAY_ENV=str(tmp_path / "runtime_env.json"),
+               HOME=str(home))  # fmt: skip
+    for name in ("RAY_PORT", "RAY_DASHBOARD_PORT", "NODE_IP", "GPUS_PER_NODE", "RAY_HEAD_ADDRESS", "RAY_ADDRESS",
+                 "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):  # fmt: skip
         env.pop(name, None)
     return env
+
+
+def token_file(env: dict, mode: int = 0o600) -> Path:
+    """A cluster token file where the scripts look by default (~/.ray/auth_token), with ``mode``."""
+    path = Path(env["HOME"]) / ".ray" / "auth_token"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text("0123456789abcdef" * 4)
+    path.chmod(mode)
+    return path
+
+
+def ray_auth(env: dict) -> dict:
+    return json.loads(Path(env["FAKE_RAY_LOG"] + ".auth").read_text())
 
 
 def run(script: str, *args: str, env: dict) -> subprocess.CompletedProcess:
@@ -58,21 +77,37 @@ def ray_args(env: dict) -> list[str]:
     return json.loads(Path(env["FAKE_RAY_LOG"]).read_text())
 
 
-@pytest.mark.parametrize("script", ["ray_head.sh", "ray_worker.sh", "submit.sh"])
+@pytest.mark.parametrize("script", ["ray_head.sh", "ray_worker.sh", "submit.sh", "token.sh"])
 def test_shell_syntax(script):
     res = subprocess.run(["bash", "-n", str(CLUSTER / script)], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
 
 
-def test_head_starts_ray_and_prints_the_addresses(fake_ray):
+def test_head_starts_ray_with_a_private_token_and_prints_the_addresses(fake_ray):
     res = run("ray_head.sh", "--node-ip", "10.1.2.3", "--port", "6380", "--num-gpus", "8", env=fake_ray)
     assert res.returncode == 0, res.stderr
     args = ray_args(fake_ray)
     assert args[:2] == ["start", "--head"]
     assert {"--node-ip-address=10.1.2.3", "--port=6380", "--dashboard-port=8265", "--num-gpus=8"} <= set(args)
+    assert "--dashboard-host=10.1.2.3" in args  # the node address, never 0.0.0.0 by default
+    token = Path(fake_ray["HOME"]) / ".ray" / "auth_token"
+    assert token.stat().st_mode & 0o777 == 0o600 and len(token.read_text()) == 64
+    assert ray_auth(fake_ray) == {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token), "RAY_AUTH_TOKEN": None}
+    assert token.read_text() not in res.stdout + res.stderr  # only a fingerprint is shown
+    assert "fingerprint sha256:" in res.stdout
     assert "bash scripts/cluster/ray_worker.sh 10.1.2.3:6380" in res.stdout
     assert "RAY_ADDRESS=http://10.1.2.3:8265 bash scripts/cluster/submit.sh" in res.stdout
     assert "check_nodes.py --address 10.1.2.3:6380" in res.stdout
+    assert "ssh -N -L 8265:10.1.2.3:8265" in res.stdout
+    res = run("ray_head.sh", "--node-ip", "10.1.2.3", "--dashboard-host", "0.0.0.0", env=fake_ray)  # opt-in
+    assert res.returncode == 0 and "--dashboard-host=0.0.0.0" in ray_args(fake_ray)
+
+
+def test_head_refuses_a_token_file_others_can_read(fake_ray):
+    path = token_file(fake_ray, 0o644)
+    res = run("ray_head.sh", "--node-ip", "10.1.2.3", env=fake_ray)
+    assert res.returncode == 2 and f"{path} has mode 644" in res.stderr and "chmod 600" in res.stderr
+    assert not Path(fake_ray["FAKE_RAY_LOG"]).exists()
 
 
 @pytest.mark.parametrize(
@@ -92,10 +127,21 @@ def test_head_rejects_bad_input(fake_ray, args, env_extra, message):
     assert not Path(fake_ray["FAKE_RAY_LOG"]).exists()  # ray was never started
 
 
+def test_worker_needs_the_token_file(fake_ray):
+    res = run("ray_worker.sh", "10.1.2.3:6380", env=fake_ray)
+    assert res.returncode == 2 and "auth_token does not exist" in res.stderr
+    token_file(fake_ray, 0o640)
+    res = run("ray_worker.sh", "10.1.2.3:6380", env=fake_ray)
+    assert res.returncode == 2 and "has mode 640" in res.stderr
+    assert not Path(fake_ray["FAKE_RAY_LOG"]).exists()
+
+
 def test_worker_joins_the_given_address(fake_ray):
+    token = token_file(fake_ray)
     res = run("ray_worker.sh", "10.1.2.3:6380", "--num-gpus", "4", env=fake_ray)
     assert res.returncode == 0, res.stderr
     assert ray_args(fake_ray) == ["start", "--address=10.1.2.3:6380", "--num-gpus=4"]
+    assert ray_auth(fake_ray)["RAY_AUTH_TOKEN_PATH"] == str(token) and ray_auth(fake_ray)["RAY_AUTH_MODE"] == "token"
     res = run("ray_worker.sh", env={**fake_ray, "RAY_HEAD_ADDRESS": "head-node:6379"})
     assert res.returncode == 0, res.stderr
     assert ray_args(fake_ray) == ["start", "--address=head-node:6379"]
@@ -117,7 +163,9 @@ def test_worker_rejects_bad_input(fake_ray, args, message):
 
 
 def test_submit_runtime_env_installs_nothing_and_overrides_survive(fake_ray, tmp_path):
-    env = {**fake_ray, "NNODES": "2", "MODEL_PATH": "/models/m", "WANDB_API_KEY": "secret-key", "HOME": str(tmp_path)}
+    token = token_file(fake_ray)
+    env = {**fake_ray, "NNODES": "2", "MODEL_PATH": "/models/m", "WANDB_API_KEY": "secret-key",
+           "RAY_AUTH_TOKEN": "secret-token-in-env"}  # fmt: skip
     overrides = ["trainer.logger=['console']", "trainer.experiment_name=run with spaces", "+x.y=[1,2]"]
     res = run("submit.sh", "--address", "http://10.1.2.3:8265", "--no-wait", "dapo_kl_cov", *overrides, env=env)
     assert res.returncode == 0, res.stderr
@@ -126,6 +174,8 @@ def test_submit_runtime_env_installs_nothing_and_overrides_survive(fake_ray, tmp
     runtime_env = json.loads(Path(fake_ray["FAKE_RAY_ENV"]).read_text())
     assert set(runtime_env) == {"working_dir", "env_vars"}  # no pip / conda / uv / py_modules
     assert runtime_env["env_vars"] == {"NNODES": "2", "MODEL_PATH": "/models/m"}  # secrets are not forwarded
+    assert ray_auth(fake_ray) == {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token), "RAY_AUTH_TOKEN": None}
+    assert "secret-token-in-env" not in json.dumps(runtime_env) and token.read_text() not in res.stdout + res.stderr
     assert not os.path.exists(runtime_env["working_dir"])  # the staged copy is removed once submitted
     cmd = shlex.split(res.stdout.strip().splitlines()[-1])  # the recipe ran inside the staged working_dir
     assert cmd[:3] == ["python3", "-m", "verl_ext.main_ppo"]
@@ -136,7 +186,7 @@ def test_submit_runtime_env_installs_nothing_and_overrides_survive(fake_ray, tmp
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ([], "RECIPE is missing; available: dapo_baseline"),
+        ([], "RECIPE is missing; available: cpu_tiny dapo_baseline"),
         (["no_such_recipe"], "unknown recipe 'no_such_recipe'; available:"),
         (["common"], "unknown recipe 'common'"),
         (["--address", "10.1.2.3:8265", "dapo_baseline"], "expected the dashboard URL"),

@@ -7,7 +7,11 @@ resolves every verl_ext loss to verl_ext's implementation
 Usage (on the head node, or any machine that can reach the cluster)::
 
     python scripts/cluster/check_nodes.py --address HEAD_IP:6379 --expect-nodes 4 --require-gpu
-    python scripts/cluster/check_nodes.py --local        # a throw-away local Ray (tests, laptops)
+    python scripts/cluster/check_nodes.py --local        # a throw-away local Ray on 127.0.0.1 (tests, laptops)
+
+A cluster started by ``ray_head.sh`` requires Ray's token authentication: the token file
+(``--token-file``, default ``$RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``) is used when it exists; it
+must be readable by its owner only. The token is never printed.
 
 Exit status: 0 when every node passes (and the node count matches ``--expect-nodes``), 1 otherwise.
 The tasks run in the nodes' own Python environment (no runtime environment, nothing installed).
@@ -125,6 +129,23 @@ def run_probes(timeout: float) -> tuple[list[dict[str, Any]], list[str]]:
     return reports, missing
 
 
+def use_token_file(path: str) -> bool:
+    """Point Ray's token authentication at ``path`` (``RAY_AUTH_MODE=token``, ``RAY_AUTH_TOKEN_PATH``) when the
+    file exists; ``False`` when it does not. Raises ``ValueError`` for a file others can read."""
+    import os
+    import stat
+
+    if not os.path.exists(path):
+        return False
+    info = os.stat(path)
+    if info.st_uid != os.getuid() or info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ValueError(f"--token-file {path}: mode {stat.S_IMODE(info.st_mode):o}, owner uid {info.st_uid}: the "
+                         f"token must belong to you and be readable by you only (chmod 600 {path})")  # fmt: skip
+    os.environ.pop("RAY_AUTH_TOKEN", None)
+    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=os.path.abspath(path))
+    return True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -135,16 +156,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--require-gpu", action="store_true", help="fail on nodes where torch sees no GPU")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for all nodes (300)")
     parser.add_argument("--json", default=None, help="also write the reports to this JSON file")
+    parser.add_argument("--token-file", default=None,
+                        help="the cluster's Ray token file (default $RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token)")
     args = parser.parse_args(argv)
     if args.expect_nodes is not None and args.expect_nodes < 1:
         parser.error(f"--expect-nodes {args.expect_nodes} is invalid: allowed an integer >= 1")
     if args.timeout <= 0:
         parser.error(f"--timeout {args.timeout} is invalid: allowed a number > 0")
 
+    import os
+
+    token_file = args.token_file or os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token")
+    if not args.local:
+        try:
+            use_token_file(token_file)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+
     import ray
 
     try:
         if args.local:
+            from verl_ext.cpu.workarounds import keep_local_ray_on_loopback
+
+            keep_local_ray_on_loopback()  # nothing outside this machine can reach the throw-away cluster
             ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
         else:
             ray.init(address=args.address, log_to_driver=False)

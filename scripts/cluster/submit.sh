@@ -1,23 +1,29 @@
 #!/usr/bin/env bash
 # Submit a recipe of recipe/ as a Ray job.
 #
-# usage: scripts/cluster/submit.sh [--address URL] [--no-wait] [--submission-id ID] [--dry-run]
+# usage: scripts/cluster/submit.sh [--address URL] [--token-file FILE] [--no-wait] [--submission-id ID] [--dry-run]
 #                                  RECIPE [HYDRA_OVERRIDES...]
 #   RECIPE  a recipe name (dapo_clip_cov) or path (recipe/dapo_clip_cov.sh)
 # environment: RAY_ADDRESS (dashboard URL, default http://127.0.0.1:8265), RAY (ray executable),
+#   RAY_AUTH_TOKEN_PATH (the cluster's token file, ~/.ray/auth_token; ray_head.sh made it): sent with the
+#   submission, never put into the job's environment (the job runs inside the cluster, which has it),
 #   and the recipe variables, forwarded to the job when set: MODEL_PATH DATA_DIR TRAIN_FILE VAL_FILE
 #   CKPTS_DIR NNODES GPUS_PER_NODE PROJECT_NAME EXP_NAME GEN_TP SP_SIZE OFFLOAD LOGGERS WANDB_MODE DRY_RUN
-#   HF_HOME HF_HUB_OFFLINE HF_DATASETS_OFFLINE.
+#   HF_HOME HF_HUB_OFFLINE HF_DATASETS_OFFLINE, and cpu_tiny.sh's LOSS COV_RATIO WORK_DIR STEPS
+#   RESPONSE_LENGTH PROMPTS N LR SEED ASSETS VERL_PLATFORM.
 # The job's runtime environment holds only `working_dir` (a copy of recipe/ and a generated job.sh) and
 # `env_vars`: it installs nothing; verl, vLLM and verl_ext must already be installed on every node.
 # Secrets (WANDB_API_KEY) are never forwarded: export them before `ray start` or run `wandb login` on the nodes.
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+# shellcheck source=scripts/cluster/token.sh
+source "$REPO_ROOT/scripts/cluster/token.sh"
 FORWARDED_VARS=(MODEL_PATH DATA_DIR TRAIN_FILE VAL_FILE CKPTS_DIR NNODES GPUS_PER_NODE PROJECT_NAME EXP_NAME
-                GEN_TP SP_SIZE OFFLOAD LOGGERS WANDB_MODE DRY_RUN HF_HOME HF_HUB_OFFLINE HF_DATASETS_OFFLINE)
+                GEN_TP SP_SIZE OFFLOAD LOGGERS WANDB_MODE DRY_RUN HF_HOME HF_HUB_OFFLINE HF_DATASETS_OFFLINE
+                LOSS COV_RATIO WORK_DIR STEPS RESPONSE_LENGTH PROMPTS N LR SEED ASSETS VERL_PLATFORM)
 
-usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "error: $*" >&2; exit 2; }
 available_recipes() {
     local f names=()
@@ -31,9 +37,11 @@ address="${RAY_ADDRESS:-http://127.0.0.1:8265}"
 no_wait=0
 dry_run=0
 submission_id=""
+token_file="$(ray_token_default_path)"
 while (( $# )); do
     case "$1" in
         --address) [[ $# -ge 2 ]] || die "--address needs a value"; address="$2"; shift 2 ;;
+        --token-file) [[ $# -ge 2 ]] || die "--token-file needs a value"; token_file="$2"; shift 2 ;;
         --no-wait) no_wait=1; shift ;;
         --submission-id) [[ $# -ge 2 ]] || die "--submission-id needs a value"; submission_id="$2"; shift 2 ;;
         --dry-run) dry_run=1; shift ;;
@@ -90,5 +98,8 @@ if (( dry_run )); then
     exit 0
 fi
 command -v "${cmd[0]}" >/dev/null || die "'${cmd[0]}' not found: install Ray (it comes with verl) or set RAY=/path/to/ray"
-echo "submitting recipe/$recipe.sh to $address" >&2
+ray_token_check "$token_file"
+export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH="$token_file"
+unset RAY_AUTH_TOKEN
+echo "submitting recipe/$recipe.sh to $address ($(ray_token_fingerprint "$token_file"))" >&2
 "${cmd[@]}"
