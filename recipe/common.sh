@@ -231,10 +231,110 @@ recipe_dapo_base() {
     )
 }
 
+# recipe_cpu_base: CPU mode (VERL_PLATFORM=cpu), one machine without an accelerator: a tiny Qwen2 and the
+# repeat-the-digit task built locally by `python -m verl_ext.cpu.task` (no download), GRPO with vLLM's CPU
+# engine, FSDP2 on gloo. configs/platform/cpu.yaml supplies the CPU settings (fp32, sdpa, eager vLLM, ...).
+# Its own variables: WORK_DIR (model, data, checkpoints, run log; ./cpu_tiny), STEPS (30), RESPONSE_LENGTH
+# (16), PROMPTS (16 per step), N (8 responses per prompt), LR (5e-3), SEED (0), ASSETS=0 (use WORK_DIR as is),
+# NNODES x GPUS_PER_NODE (1 x 1) training processes (Ray's logical GPU slots in CPU mode);
+# RAY_ADDRESS joins a running Ray cluster (e.g. scripts/cluster/ray_head.sh) instead of starting a local one.
+recipe_cpu_base() {
+    : "${WORK_DIR:=$PWD/cpu_tiny}"
+    : "${STEPS:=30}"
+    : "${RESPONSE_LENGTH:=16}"
+    : "${PROMPTS:=16}"
+    : "${N:=8}"
+    : "${LR:=5e-3}"
+    : "${SEED:=0}"
+    : "${ASSETS:=1}"
+    : "${NNODES:=1}"
+    : "${GPUS_PER_NODE:=1}"
+    : "${LOGGERS:=console,file}"
+    : "${PROJECT_NAME:=verl_ext_cpu}"
+    : "${PYTHON:=python3}"
+    : "${DRY_RUN:=0}"
+    : "${PRINT_CMD:=0}"
+    recipe_require_int STEPS 1
+    recipe_require_int RESPONSE_LENGTH 1
+    recipe_require_int PROMPTS 2
+    recipe_require_int N 1
+    recipe_require_int SEED 0
+    recipe_require_int NNODES 1
+    recipe_require_int GPUS_PER_NODE 1
+    recipe_require_flag ASSETS
+    recipe_require_flag DRY_RUN
+    recipe_require_flag PRINT_CMD
+    [[ "$LR" =~ ^[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?$ ]] || recipe_die "LR='$LR' is invalid: allowed a positive number, e.g. 2e-3"
+    local world=$((NNODES * GPUS_PER_NODE))
+    (( PROMPTS % 2 == 0 )) || recipe_die "PROMPTS=$PROMPTS is invalid: allowed an even number (two mini-batches per step)"
+    (( (PROMPTS * N / 2) % world == 0 )) \
+        || recipe_die "PROMPTS=$PROMPTS x N=$N is invalid for $world training processes: half of it must divide by NNODES x GPUS_PER_NODE"
+    [[ "$WORK_DIR" = /* ]] || WORK_DIR="$PWD/$WORK_DIR"
+    : "${EXP_NAME:?recipe bug: EXP_NAME has no default}"
+    export VERL_PLATFORM=cpu
+    # verl's file logger writes here (read by python -m verl_ext.analyze); forwarded to the TaskRunner
+    export VERL_FILE_LOGGER_PATH="${VERL_FILE_LOGGER_PATH:-$WORK_DIR/$EXP_NAME.jsonl}"
+    TRAIN_FILE="$WORK_DIR/train.parquet"
+    VAL_FILE="$WORK_DIR/val.parquet"
+    if [[ "$ASSETS" == 1 && "$PRINT_CMD" == 0 ]]; then
+        "$PYTHON" -m verl_ext.cpu.task --out "$WORK_DIR" --target-length "$RESPONSE_LENGTH" --seed "$SEED" >&2 \
+            || recipe_die "building the tiny model and the task data in $WORK_DIR failed"
+    fi
+    RECIPE_ARGS+=(
+        algorithm.adv_estimator=grpo
+        algorithm.use_kl_in_reward=False
+        "data.train_files=$(recipe_hydra_list "$TRAIN_FILE")"
+        "data.val_files=$(recipe_hydra_list "$VAL_FILE")"
+        "data.train_batch_size=$PROMPTS"
+        data.max_prompt_length=32
+        "data.max_response_length=$RESPONSE_LENGTH"
+        data.dataloader_num_workers=0
+        "data.seed=$SEED"
+        "actor_rollout_ref.model.path=$WORK_DIR/model"
+        "actor_rollout_ref.actor.optim.lr=$LR"
+        "actor_rollout_ref.actor.ppo_mini_batch_size=$((PROMPTS / 2))"
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=$((PROMPTS * N / 2 / world))"
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=$((PROMPTS * N / world))"
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=$((PROMPTS * N / world))"
+        actor_rollout_ref.actor.use_kl_loss=False
+        actor_rollout_ref.actor.entropy_coeff=0
+        actor_rollout_ref.actor.loss_agg_mode=token-mean
+        "actor_rollout_ref.actor.data_loader_seed=$SEED"
+        "actor_rollout_ref.rollout.n=$N"
+        "actor_rollout_ref.rollout.seed=$SEED"
+        actor_rollout_ref.rollout.temperature=1.0
+        actor_rollout_ref.rollout.gpu_memory_utilization=0.5
+        "actor_rollout_ref.rollout.max_model_len=$((32 + RESPONSE_LENGTH))"
+        actor_rollout_ref.rollout.max_num_batched_tokens=2048
+        reward.custom_reward_function.path=pkg://verl_ext.cpu.task
+        reward.custom_reward_function.name=compute_score
+        "trainer.project_name=$PROJECT_NAME"
+        "trainer.experiment_name=$EXP_NAME"
+        "trainer.nnodes=$NNODES"
+        "trainer.n_gpus_per_node=$GPUS_PER_NODE"
+        "trainer.total_training_steps=$STEPS"
+        trainer.total_epochs=1000
+        "trainer.default_local_dir=$WORK_DIR/ckpts/$EXP_NAME"
+        trainer.resume_mode=disable
+        trainer.val_before_train=True
+        "trainer.test_freq=$STEPS"
+        trainer.save_freq=-1
+        "++ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH=$VERL_FILE_LOGGER_PATH"
+    )
+    if [[ -n "${RAY_ADDRESS-}" ]]; then
+        # joining a running cluster (RAY_ADDRESS): Ray rejects the local-cluster settings of platform/cpu.yaml
+        RECIPE_ARGS+=(ray_kwargs.ray_init.num_cpus=null ray_kwargs.ray_init.num_gpus=null
+                      ray_kwargs.ray_init.include_dashboard=null)
+    fi
+    recipe_loggers
+}
+
 # recipe_loss NAME: the policy loss and the papers' settings for it, one place for every recipe.
 #   vanilla   verl's PPO / GRPO loss
 #   clip_cov  arXiv 2505.22617 (authors' 7B runs): detach 2e-4 of the tokens with cov in (1, 5), PPO clip 1 / 1
 #   kl_cov    arXiv 2505.22617 (7B): |lp - old| penalty on the top 2e-3 covariance tokens, coefficient 1
+#   COV_RATIO (environment) replaces the selection ratio of clip_cov / kl_cov (the papers' values are for
+#   batches of ~10^6 tokens; the CPU recipe's ~10^3-token batches need ~0.02 to select a handful)
 #   grpo_erc  arXiv 2512.05591 (ERC 7B DAPO runs): entropy-ratio band (0.95, 1.05)
 #   gppo_erc  arXiv 2512.05591 / 2509.20712 (ERC 7B GPPO runs): band (0.95, 1.05), beta1 = beta2 = 1, clip 0.2 / 0.2
 recipe_loss() {
@@ -242,9 +342,9 @@ recipe_loss() {
     RECIPE_ARGS+=("$loss.loss_mode=$1")
     case "$1" in
         vanilla) ;;
-        clip_cov) RECIPE_ARGS+=("$loss.clip_cov_ratio=0.0002" "$loss.clip_cov_lb=1.0" "$loss.clip_cov_ub=5.0"
+        clip_cov) RECIPE_ARGS+=("$loss.clip_cov_ratio=${COV_RATIO:-0.0002}" "$loss.clip_cov_lb=1.0" "$loss.clip_cov_ub=5.0"
                                 "$actor.clip_ratio_low=1.0" "$actor.clip_ratio_high=1.0") ;;
-        kl_cov) RECIPE_ARGS+=("$loss.kl_cov_ratio=0.002" "$loss.ppo_kl_coef=1.0") ;;
+        kl_cov) RECIPE_ARGS+=("$loss.kl_cov_ratio=${COV_RATIO:-0.002}" "$loss.ppo_kl_coef=1.0") ;;
         grpo_erc) RECIPE_ARGS+=("$loss.entropy_mask_low=0.95" "$loss.entropy_mask_high=1.05") ;;
         gppo_erc) RECIPE_ARGS+=("$loss.entropy_mask_low=0.95" "$loss.entropy_mask_high=1.05"
                                 "$loss.gppo_beta1=1.0" "$loss.gppo_beta2=1.0" "$actor.clip_ratio_high=0.2") ;;

