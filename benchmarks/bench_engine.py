@@ -1,4 +1,4 @@
-"""One actor update through verl's FSDP2 engine on CPU (``verl_ext.cpu_engine.CpuActor``): what the current
+"""One actor update through verl's FSDP2 engine on CPU (``verl_ext.cpu.engine.CpuActor``): what the current
 entropy that ERC needs costs, with verl's graph and with verl_ext's no-grad path. Used by
 ``bench_losses.py --engine``; see docs/cpu_engine.md.
 """
@@ -42,11 +42,12 @@ def benchmark_update(
 
     from verl.workers.engine_workers import TrainingWorker
 
-    from verl_ext.actor_config import FSDPActorConfig
     from verl_ext.config import PolicyLossConfig
-    from verl_ext.cpu_engine import CpuActor, random_batch
-    from verl_ext.engine_entropy import EntropyAwareTrainingWorker
-    from verl_ext.tiny_model import build_tiny_model
+    from verl_ext.cpu.engine import CpuActor, random_batch
+    from verl_ext.cpu.tiny_model import build_tiny_model
+    from verl_ext.trainer.actor_config import FSDPActorConfig
+    from verl_ext.trainer.actor_loss import ppo_loss
+    from verl_ext.trainer.actor_worker import EntropyAwareTrainingWorker
 
     tmp = tempfile.TemporaryDirectory() if workdir is None else None
     root = workdir or tmp.name  # type: ignore[union-attr]
@@ -63,8 +64,9 @@ def benchmark_update(
                 optim=FSDPOptimizerConfig(lr=1e-4), policy_loss=PolicyLossConfig(loss_mode=loss_mode),
             )  # fmt: skip
             actor = CpuActor(
-                model_path, config, worker_cls=EntropyAwareTrainingWorker if worker == "verl_ext" else TrainingWorker
-            )
+                model_path, config, loss_fn=ppo_loss,
+                worker_cls=EntropyAwareTrainingWorker if worker == "verl_ext" else TrainingWorker,
+            )  # fmt: skip
             old = actor.compute_log_prob(data, calculate_entropy=True)
             step = data.clone()
             step["old_log_probs"], step["old_entropy"] = old["log_probs"], old["entropy"]

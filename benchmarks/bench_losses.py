@@ -32,8 +32,8 @@ from verl.workers.config import ActorConfig  # noqa: E402
 
 import verl_ext  # noqa: E402
 from verl_ext.config import PolicyLossConfig  # noqa: E402
-from verl_ext.machine import machine_info  # noqa: E402
-from verl_ext.selection import select_tokens_for_batch  # noqa: E402
+from verl_ext.cpu.machine import machine_info  # noqa: E402
+from verl_ext.losses.selection import select_tokens_for_batch  # noqa: E402
 
 verl_ext.ensure_registered()
 
@@ -169,7 +169,7 @@ def bench_losses(args: argparse.Namespace, device: torch.device) -> list[dict]:
 
 def bench_engine(args: argparse.Namespace) -> list[dict]:
     """One update through verl's FSDP2 engine on a tiny model: vanilla, vanilla + entropy, grpo_erc."""
-    from bench_engine import benchmark_update  # verl's TrainingWorker on gloo (verl_ext.cpu_engine)
+    from bench_engine import benchmark_update  # verl's TrainingWorker on gloo (verl_ext.cpu.engine)
 
     return benchmark_update(repeats=args.engine_repeats, batch=args.engine_batch, response_length=args.engine_len)
 

@@ -65,7 +65,7 @@ def run_variant(name: str, spec: dict[str, Any], work: Path, steps: int, round_i
     later = [rows[s] for s in sorted(rows) if s > 1]
     return {
         "step_s": statistics.median(r["timing_s/step"] for r in later),
-        "peak_rss_gb": max(r.get("perf/max_memory_allocated_gb", float("nan")) for r in rows.values()),
+        "peak_rss_gb": max(r.get("actor/perf/max_memory_allocated_gb", float("nan")) for r in rows.values()),
         "selection_s": statistics.median(r.get("timing_s/verl_ext/cov_selection", 0.0) for r in later),
         "steps": len(rows),
     }
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.steps < 3 or args.rounds < 1:
         parser.error("--steps must be >= 3 and --rounds >= 1")
     from verl_ext.cpu.task import write_assets
-    from verl_ext.machine import machine_info
+    from verl_ext.cpu.machine import machine_info
 
     work = args.work or Path(tempfile.mkdtemp(prefix="verl_ext_bench_trainer_"))
     write_assets(work, target_length=16)

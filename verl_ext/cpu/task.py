@@ -23,10 +23,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from verl_ext.cpu.tiny_model import DIGITS
+
 DATA_SOURCE = "verl_ext/repeat_digit"
 """``data_source`` of the task's rows (verl passes it to the scorer)."""
 
-DIGITS: tuple[str, ...] = tuple(str(d) for d in range(10))
 VOCAB_EXTRA: tuple[str, ...] = ("repeat", ":")
 """Words of the task's tokenizer besides the ten digits (a ~30-token vocabulary)."""
 
@@ -85,7 +86,7 @@ def write_assets(out: str | Path, target_length: int, train_rows: int = 256, val
     """Write ``model/``, ``train.parquet`` and ``val.parquet`` under ``out``; returns their paths."""
     import pandas as pd
 
-    from verl_ext.tiny_model import build_tiny_model
+    from verl_ext.cpu.tiny_model import build_tiny_model  # noqa: I001 (lazy: transformers)
 
     for name, value, low in (("target_length", target_length, 1), ("train_rows", train_rows, 1), ("val_rows", val_rows, 1)):
         if not isinstance(value, int) or value < low:

@@ -25,11 +25,9 @@ from pathlib import Path
 
 from verl_ext.demo.loop import DEMO_LOSS_SETTINGS, DemoConfig, run_loss
 from verl_ext.demo.report import History, summary_table, write_csv
-from verl_ext.machine import machine_line
+from verl_ext.cpu.machine import machine_line
 
 DEFAULT_LOSSES = ("vanilla", "clip_cov", "kl_cov", "grpo_erc")
-DEMO_VOCAB_EXTRA = ("repeat", ":")
-"""Words of the demo tokenizer besides the ten digits (a ~30-token vocabulary)."""
 
 
 def parse_losses(text: str) -> list[str]:
@@ -88,11 +86,12 @@ def run_demo(losses: Sequence[str], cfg: DemoConfig, out: Path, progress: bool =
     """Train every loss, log to ``out/runs/<loss>.jsonl``; returns the in-memory history."""
     from tqdm import tqdm
 
-    from verl_ext.tiny_model import DIGITS, build_tiny_model
+    from verl_ext.cpu.task import DIGITS, VOCAB_EXTRA
+    from verl_ext.cpu.tiny_model import build_tiny_model
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "runs").mkdir(exist_ok=True)
-    model_path = build_tiny_model(out / "model", vocab=DIGITS + DEMO_VOCAB_EXTRA, hidden=cfg.hidden,
+    model_path = build_tiny_model(out / "model", vocab=DIGITS + VOCAB_EXTRA, hidden=cfg.hidden,
                                   layers=cfg.layers, seed=cfg.seed)  # fmt: skip
     history: History = {}
     bar = tqdm(total=len(losses) * cfg.steps, unit="step", disable=not progress, file=sys.stderr)
@@ -126,8 +125,8 @@ def quiet_libraries() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point; returns the exit status."""
-    from verl_ext import analyze
-    from verl_ext.run_reader import read_runs
+    from verl_ext.analysis import cli as analyze
+    from verl_ext.analysis.run_reader import read_runs
 
     args = build_parser().parse_args(argv)
     try:

@@ -5,11 +5,11 @@ Per training step, as verl's trainer does on a GPU cluster, with verl's own piec
 1. **rollout** - ``prompts_per_step`` prompts x ``samples_per_prompt`` responses sampled with Hugging Face
    ``generate`` from a plain copy of the policy (verl has no CPU rollout engine; on GPUs this is vLLM);
 2. **reward** - the task's verifier; the score goes on the last response token;
-3. **old-log-prob pass** - verl's FSDP2 ``TrainingWorker.infer_batch`` (:class:`verl_ext.cpu_engine.CpuActor`),
+3. **old-log-prob pass** - verl's FSDP2 ``TrainingWorker.infer_batch`` (:class:`verl_ext.cpu.engine.CpuActor`),
    which also returns the entropy (logged as ``actor/entropy`` and, for ERC, kept as ``old_entropy``);
 4. **advantage** - verl's ``compute_grpo_outcome_advantage``;
 5. **selection** - batch-scope Clip-Cov / KL-Cov selection, by the same hook verl_ext's trainers use;
-6. **update** - verl's ``TrainingWorker.train_mini_batch`` through ``verl_ext.actor_loss.ppo_loss``
+6. **update** - verl's ``TrainingWorker.train_mini_batch`` through ``verl_ext.trainer.actor_loss.ppo_loss``
    (several mini-batches per step, so later mini-batches are off-policy as in the papers' runs);
 7. **weight sync** - the updated FSDP parameters are copied into the rollout copy.
 
@@ -84,7 +84,7 @@ def actor_config(loss_mode: str, cfg: DemoConfig) -> Any:
     """verl_ext's ``FSDPActorConfig`` for one demo run (fsdp2, token-mean, DAPO-style clip-higher)."""
     from verl.workers.config import FSDPOptimizerConfig
 
-    from verl_ext.actor_config import FSDPActorConfig
+    from verl_ext.trainer.actor_config import FSDPActorConfig
     from verl_ext.config import PolicyLossConfig
 
     if loss_mode not in cfg.loss_settings:
@@ -167,7 +167,9 @@ def run_loss(
     from verl.trainer.ppo.core_algos import agg_loss
     from verl.utils.metric import reduce_metrics
 
-    from verl_ext.cpu_engine import CpuActor, make_batch
+    from verl_ext.cpu.engine import CpuActor, make_batch
+    from verl_ext.trainer.actor_loss import ppo_loss
+    from verl_ext.trainer.actor_worker import EntropyAwareTrainingWorker
     from verl_ext.trainer.hooks import (
         OLD_ENTROPY,
         add_cov_selected,
@@ -178,7 +180,7 @@ def run_loss(
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     config = actor_config(loss_mode, cfg)
-    actor = CpuActor(model_path, config)
+    actor = CpuActor(model_path, config, loss_fn=ppo_loss, worker_cls=EntropyAwareTrainingWorker)
     sampler = Sampler(model_path, tokenizer)
     task = RepeatDigitTask(response_length=cfg.response_length)
     prompt_gen = torch.Generator().manual_seed(cfg.seed)

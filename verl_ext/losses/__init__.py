@@ -1,11 +1,18 @@
-"""verl_ext's policy losses. Importing this package registers them in verl's ``POLICY_LOSS_REGISTRY``.
+"""Everything that runs inside the loss call (level 1): the policy losses and what they are made of.
 
-| name       | module                 | method                                         |
-|------------|------------------------|------------------------------------------------|
-| clip_cov   | ``losses/clip_cov.py`` | Clip-Cov (arXiv 2505.22617), replaces verl's   |
-| kl_cov     | ``losses/kl_cov.py``   | KL-Cov (arXiv 2505.22617), replaces verl's     |
-| grpo_erc   | ``losses/grpo_erc.py`` | Entropy Ratio Clipping on DAPO (2512.05591)    |
-| gppo_erc   | ``losses/gppo_erc.py`` | ERC on CE-GPPO gradient-preserving clip        |
+| module | contents |
+| --- | --- |
+| ``clip_cov`` | Clip-Cov (arXiv 2505.22617), registered as ``clip_cov`` (replaces verl's) |
+| ``kl_cov`` | KL-Cov (arXiv 2505.22617), registered as ``kl_cov`` (replaces verl's) |
+| ``grpo_erc`` | Entropy Ratio Clipping on the DAPO dual-clip loss (arXiv 2512.05591) |
+| ``gppo_erc`` | ERC on CE-GPPO's gradient-preserving clip (arXiv 2509.20712) |
+| ``erc`` | the entropy-ratio mask |
+| ``common`` | per-token PPO terms, masked statistics |
+| ``selection`` | covariance token selection: hash RNG, sync-free top-k, batch scope |
+| ``kl_clip`` | KL clipping of the actor's KL loss (hard / soft, per-token thresholds) |
+
+``LOSSES`` maps the names to the functions; :mod:`verl_ext.registration` puts them in verl's registry.
+May import: torch, verl's ``core_algos``, and ``verl_ext.config``; never the trainer or the CPU harness.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ aggregated with verl's ``agg_loss``; detached tokens keep their value and stay i
 
 Differences from verl's built-in ``clip_cov`` (which this replaces): the selection is reproducible (a
 counter-based hash, never ``torch.randperm`` on the global RNG), runs without host syncs, can come from the
-whole training batch (``cov_selected``, see :mod:`verl_ext.selection`), and a selected token keeps its loss
+whole training batch (``cov_selected``, see :mod:`verl_ext.losses.selection`), and a selected token keeps its loss
 *value* (only its gradient is removed, as the paper says); verl multiplies it by 0. Gradients are equal.
 """
 
@@ -24,7 +24,7 @@ import torch
 from verl.trainer.ppo.core_algos import register_policy_loss
 from verl_ext.config import clip_ratios, policy_loss_params
 from verl_ext.losses.common import aggregate, apply_rollout_weights, base_metrics, metric_frac, ppo_terms
-from verl_ext.selection import clip_cov_select, note_micro_fallback, selection_metrics, token_covariance
+from verl_ext.losses.selection import clip_cov_select, note_micro_fallback, selection_metrics, token_covariance
 
 
 @register_policy_loss("clip_cov")

@@ -20,7 +20,7 @@ import torch
 from verl.trainer.ppo.core_algos import register_policy_loss
 from verl_ext.config import clip_ratios, policy_loss_params
 from verl_ext.losses.common import aggregate, apply_rollout_weights, base_metrics, masked_mean, metric_frac, ppo_terms
-from verl_ext.selection import kl_cov_select, note_micro_fallback, selection_metrics, token_covariance
+from verl_ext.losses.selection import kl_cov_select, note_micro_fallback, selection_metrics, token_covariance
 
 
 @register_policy_loss("kl_cov")

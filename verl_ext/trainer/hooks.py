@@ -1,6 +1,6 @@
 """Driver-side batch hooks shared by verl_ext's V1 and legacy trainers (pure functions, no Ray).
 
-Two batch fields reach the actor loss (``verl_ext.actor_loss.ppo_loss``) through the training batch, so
+Two batch fields reach the actor loss (``verl_ext.trainer.actor_loss.ppo_loss``) through the training batch, so
 that verl splits them into mini- and micro-batches together with every other field:
 
 * ``old_entropy`` (ERC losses ``grpo_erc`` / ``gppo_erc``): the per-token entropy of the old policy.
@@ -8,7 +8,7 @@ that verl splits them into mini- and micro-batches together with every other fie
   trainer pops ``entropys`` in ``fit()``, the V1 trainer stores it as field ``entropy``. The hooks keep
   it under the name the loss reads. No extra forward pass.
 * ``cov_selected`` (``clip_cov`` / ``kl_cov`` with ``policy_loss.cov_scope=batch``): the tokens chosen
-  by :func:`verl_ext.selection.select_tokens_for_batch` over the whole training batch, right before the
+  by :func:`verl_ext.losses.selection.select_tokens_for_batch` over the whole training batch, right before the
   actor update, from the advantages and the old log-probs already in the batch. No extra forward pass.
 
 The legacy trainer holds padded ``(batch, response_len)`` tensors in a ``DataProto``; the V1 trainer
@@ -27,7 +27,7 @@ from verl.workers.utils.padding import response_to_nested
 
 from verl_ext.config import config_value, loss_mode_of
 from verl_ext.losses import COV_LOSSES, ERC_LOSSES
-from verl_ext.selection import select_tokens_for_batch
+from verl_ext.losses.selection import select_tokens_for_batch
 
 OLD_ENTROPY = "old_entropy"
 """Batch field holding the old policy's per-token entropy (ERC losses)."""

@@ -20,7 +20,7 @@ from verl_ext.trainer.hooks import needs_batch_selection, needs_old_entropy
 ACTOR = "actor_rollout_ref.actor"
 POLICY_LOSS = f"{ACTOR}.policy_loss"
 FSDP_STRATEGIES = ("fsdp", "fsdp2")
-ACTOR_TARGET = "verl_ext.actor_config.FSDPActorConfig"
+ACTOR_TARGET = "verl_ext.trainer.actor_config.FSDPActorConfig"
 KL_CLIP_OFF = ("none",)
 GROUP_ESTIMATORS = ("grpo", "grpo_vectorized", "grpo_passk", "rloo", "rloo_vectorized")
 """verl advantage estimators that compare the responses of one prompt with each other (need rollout.n >= 2)."""
@@ -60,7 +60,7 @@ def check_loss_mode(config: DictConfig) -> str:
 
 def check_actor_classes(actor: Any) -> None:
     """The built actor dataclass must be verl_ext's (KL clipping keys) with verl_ext's policy-loss config."""
-    from verl_ext.actor_config import FSDPActorConfig
+    from verl_ext.trainer.actor_config import FSDPActorConfig
 
     if not isinstance(actor, FSDPActorConfig):
         raise ConfigError(f"{ACTOR}._target_", f"built {type(actor).__module__}.{type(actor).__qualname__}; "

@@ -1,8 +1,8 @@
 """Which worker class runs the actor: verl's ``ActorRolloutRefWorker`` (or a subclass verl picked, such as
 the separate-async trainer's ``DetachActorWorker``) combined with verl_ext's
-:class:`~verl_ext.engine_entropy.VerlExtActorRolloutRefWorker`.
+:class:`~verl_ext.trainer.actor_worker.VerlExtActorRolloutRefWorker`.
 
-verl_ext's worker installs ``verl_ext.actor_loss.ppo_loss`` on its actor through verl's ``set_loss_fn``
+verl_ext's worker installs ``verl_ext.trainer.actor_loss.ppo_loss`` on its actor through verl's ``set_loss_fn``
 (replacing verl's ``partial(ppo_loss, config=actor_config)`` with the same bound config, built inside the
 worker from its own config) and turns on the graph-free current-policy entropy for ERC losses. Both
 trainers call :func:`use_verl_ext_actor_worker` on their role -> worker mapping before the worker
@@ -18,7 +18,7 @@ import ray
 from verl.trainer.ppo.utils import Role
 from verl.workers.engine_workers import ActorRolloutRefWorker
 
-from verl_ext.engine_entropy import VerlExtActorRolloutRefWorker
+from verl_ext.trainer.actor_worker import VerlExtActorRolloutRefWorker
 
 ACTOR_ROLES = (Role.Actor, Role.ActorRollout, Role.ActorRolloutRef)
 """Roles whose worker trains the actor (and so needs verl_ext's loss and entropy plumbing)."""
@@ -40,7 +40,7 @@ def verl_ext_worker_cls(worker_cls: type) -> type:
         return type(f"VerlExt{worker_cls.__name__}", (VerlExtActorRolloutRefWorker, worker_cls), {})
     raise TypeError(
         f"verl_ext: the actor role is mapped to {worker_cls.__module__}.{worker_cls.__qualname__}, which is "
-        "not a verl ActorRolloutRefWorker; verl_ext's losses need its actor worker (verl_ext.engine_entropy)"
+        "not a verl ActorRolloutRefWorker; verl_ext's losses need its actor worker (verl_ext.trainer.actor_worker)"
     )
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from verl_ext.analyze import main
-from verl_ext.entropy_law import FitError, fit_entropy_law, paired_points
-from verl_ext.run_reader import METRIC_KEYS, Run, RunReadError, read_runs
+from verl_ext.analysis.cli import main
+from verl_ext.analysis.entropy_law import FitError, fit_entropy_law, paired_points
+from verl_ext.analysis.run_reader import METRIC_KEYS, Run, RunReadError, read_runs
 
 A, B = 0.7, 0.9
 ENTROPY = "actor/entropy"

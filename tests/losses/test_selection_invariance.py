@@ -19,7 +19,7 @@ import torch.multiprocessing as mp
 import _oracles as O
 from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
 from verl_ext.config import PolicyLossConfig
-from verl_ext.selection import select_tokens_for_batch, token_uniforms
+from verl_ext.losses.selection import select_tokens_for_batch, token_uniforms
 
 B, T, D = 16, 24, 5
 

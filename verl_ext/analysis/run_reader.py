@@ -10,7 +10,7 @@ Two sources are understood:
   files under ``$TENSORBOARD_DIR`` (default ``tensorboard_log/<project>/<experiment>``). One
   directory of event files is one run. Reading them needs the ``tensorboard`` package.
 
-The entropy-performance law fitted later (``R = -a * exp(H) + b``, see :mod:`verl_ext.entropy_law`)
+The entropy-performance law fitted later (``R = -a * exp(H) + b``, see :mod:`verl_ext.analysis.entropy_law`)
 takes ``H`` and ``R`` from the keys found with :data:`METRIC_KEYS`.
 """
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RECIPE_DIR = REPO / "recipe"
 SMOKE = REPO / "scripts" / "gpu_smoke.sh"
 PREFIX = "actor_rollout_ref.actor."
@@ -215,7 +215,7 @@ def write_dry_run_inputs(root: Path) -> dict[str, str]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from verl_ext.tiny_model import build_tiny_model
+    from verl_ext.cpu.tiny_model import build_tiny_model
 
     data = root / "data"
     data.mkdir()

@@ -25,13 +25,13 @@ def machine_info() -> dict[str, Any]:
     import torch
     import verl
 
-    import verl_ext
+    from importlib.metadata import version
 
     info: dict[str, Any] = {
         "python": platform.python_version(),
         "torch": torch.__version__,
         "verl": verl.__version__,
-        "verl_ext": verl_ext.__version__,
+        "verl_ext": version("verl_ext"),
         "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),

@@ -30,7 +30,7 @@ def run_main(out, *extra: str) -> int:
 
 
 def test_demo_fast_variant_writes_finite_metrics_csv_jsonl_and_png(tmp_path, capsys):
-    from verl_ext.run_reader import read_runs
+    from verl_ext.analysis.run_reader import read_runs
 
     losses = list(LOSS_METRIC)
     assert run_main(tmp_path, "--steps", "3", "--losses", ",".join(losses)) == 0

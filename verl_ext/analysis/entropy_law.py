@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from verl_ext.run_reader import Run
+from verl_ext.analysis.run_reader import Run
 
 #: Fewest (entropy, reward) points a fit accepts.
 MIN_POINTS = 3

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "recipe" / "cpu_tiny.sh"
 PROMPTS, N, LENGTH = 4, 4, 8
 """Prompts per step, responses per prompt (GRPO group), response tokens: 16 responses of <= 8 tokens per step."""

@@ -375,7 +375,7 @@ def test_batch_scope_without_cov_selected_warns_once_that_it_selects_per_call(lo
     once per process instead of silently changing the method; with cov_scope=micro it stays quiet."""
     import logging
 
-    from verl_ext import selection
+    from verl_ext.losses import selection
     from verl_ext.config import PolicyLossConfig
     from verl.trainer.ppo.core_algos import get_policy_loss_fn
 
@@ -388,7 +388,7 @@ def test_batch_scope_without_cov_selected_warns_once_that_it_selects_per_call(lo
         config = O.actor_config(PolicyLossConfig(loss_mode=loss_mode, cov_scope=scope))
         get_policy_loss_fn(loss_mode)(old_log_prob=old, log_prob=lp, advantages=adv, response_mask=mask, config=config)
 
-    with caplog.at_level(logging.WARNING, logger="verl_ext.selection"):
+    with caplog.at_level(logging.WARNING, logger="verl_ext.losses.selection"):
         call("micro")
         assert not caplog.records
         call("batch")

@@ -1,4 +1,4 @@
-"""verl_ext.actor_loss.ppo_loss and KL clipping, on CPU in float64.
+"""verl_ext.trainer.actor_loss.ppo_loss and KL clipping, on CPU in float64.
 
 * Where both apply, verl_ext's actor loss equals verl's own ``ppo_loss`` (value, gradient, metrics).
 * KL clipping against an oracle written here from the formula of seed 001: per sequence
@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 
-from verl_ext.cpu_engine import make_batch
+from verl_ext.cpu.engine import make_batch
 
 AGG_MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
 
@@ -22,7 +22,7 @@ AGG_MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
 def actor_config(loss_mode: str = "vanilla", loss_kwargs: dict | None = None, **overrides):
     from verl.workers.config import FSDPOptimizerConfig
 
-    from verl_ext.actor_config import FSDPActorConfig
+    from verl_ext.trainer.actor_config import FSDPActorConfig
     from verl_ext.config import PolicyLossConfig
 
     kwargs = dict(strategy="fsdp2", rollout_n=1, ppo_mini_batch_size=4, ppo_micro_batch_size_per_gpu=4,
@@ -81,7 +81,7 @@ def metric_value(metric) -> float:
 def test_matches_verls_ppo_loss_for_verls_own_losses(agg, global_info):
     from verl.workers.utils.losses import ppo_loss as verl_ppo_loss
 
-    from verl_ext.actor_loss import ppo_loss
+    from verl_ext.trainer.actor_loss import ppo_loss
 
     data, flat, entropy, _ = fixture(global_info=global_info)
     kw = dict(loss_agg_mode=agg, entropy_coeff=0.01, use_kl_loss=True, kl_loss_coef=0.1, kl_loss_type="k3")
@@ -100,7 +100,7 @@ def test_matches_verls_ppo_loss_for_verls_own_losses(agg, global_info):
 def test_hard_clip_at_zero_equals_verls_kl_loss(agg, kl_type):
     from verl.workers.utils.losses import ppo_loss as verl_ppo_loss
 
-    from verl_ext.actor_loss import ppo_loss
+    from verl_ext.trainer.actor_loss import ppo_loss
 
     data, flat, _, _ = fixture(seed=1)
     kw = dict(loss_agg_mode=agg, use_kl_loss=True, kl_loss_coef=1.0, kl_loss_type=kl_type)
@@ -140,7 +140,7 @@ def oracle_clipped_kl(lp, ref, mask, method, threshold, per_token):
 @pytest.mark.parametrize("method", ["hard", "soft"])
 @pytest.mark.parametrize("per_token,threshold", [(True, 0.25), (False, 1.0), (True, 0.0), (False, 50.0)])
 def test_kl_clipping_matches_formula(method, per_token, threshold):
-    from verl_ext.actor_loss import ppo_loss
+    from verl_ext.trainer.actor_loss import ppo_loss
 
     data, flat, _, padded = fixture(seed=2)
     config = actor_config(use_kl_loss=True, kl_loss_coef=1.0, kl_loss_type="low_var_kl", kl_clip_method=method,
@@ -160,7 +160,7 @@ def test_kl_clipping_matches_formula(method, per_token, threshold):
 
 def test_thresholds_actually_split_the_fixture():
     """Guard for the test above: the chosen thresholds put some sequences above and some below."""
-    from verl_ext.actor_loss import ppo_loss
+    from verl_ext.trainer.actor_loss import ppo_loss
 
     data, flat, _, _ = fixture(seed=2)
     fracs = []
@@ -172,7 +172,7 @@ def test_thresholds_actually_split_the_fixture():
 
 
 def test_soft_clip_keeps_a_gradient_below_threshold_and_hard_does_not():
-    from verl_ext.actor_loss import ppo_loss
+    from verl_ext.trainer.actor_loss import ppo_loss
 
     data, flat, _, _ = fixture(seed=2)
     data["advantages"] = torch.zeros_like(data["advantages"])
@@ -184,7 +184,7 @@ def test_soft_clip_keeps_a_gradient_below_threshold_and_hard_does_not():
 
 
 def test_empty_micro_batch_gives_finite_zero_clipped_kl():
-    from verl_ext.kl_clip import clipped_kl_matrix
+    from verl_ext.losses.kl_clip import clipped_kl_matrix
 
     kld = torch.rand(3, 4, dtype=torch.float64, requires_grad=True)
     mask = torch.zeros(3, 4, dtype=torch.bool)
@@ -216,7 +216,7 @@ def test_per_token_threshold_is_the_default():
 
 
 def test_batch_scope_cov_loss_needs_cov_selected_and_micro_scope_does_not():
-    from verl_ext.actor_loss import ppo_loss
+    from verl_ext.trainer.actor_loss import ppo_loss
 
     data, flat, _, _ = fixture()
     with pytest.raises(ValueError, match="cov_selected.*cov_scope=micro"):
@@ -228,7 +228,7 @@ def test_batch_scope_cov_loss_needs_cov_selected_and_micro_scope_does_not():
 def test_batch_scope_selection_is_what_the_loss_uses():
     """Everything selected -> no token is detached, the loss equals vanilla's; nothing selected -> vanilla too
     but the selected fraction metric follows the given mask exactly."""
-    from verl_ext.actor_loss import ppo_loss
+    from verl_ext.trainer.actor_loss import ppo_loss
 
     data, flat, _, _ = fixture()
     mask = data["response_mask"].bool()
@@ -241,7 +241,7 @@ def test_batch_scope_selection_is_what_the_loss_uses():
 
 
 def test_erc_gets_old_entropy_from_the_batch_and_fails_without_it():
-    from verl_ext.actor_loss import ppo_loss
+    from verl_ext.trainer.actor_loss import ppo_loss
 
     data, flat, entropy, padded = fixture()
     config = actor_config("grpo_erc", {"entropy_mask_low": 0.8, "entropy_mask_high": 1.2})

@@ -8,8 +8,10 @@ the CPU demo and the benchmarks.
 * builds ``HFModelConfig`` (sdpa attention, remove-padding), an fp32 ``FSDPEngineConfig`` (strategy ``fsdp2``,
   fp32 mixed precision i.e. no bf16 autocast, no torch.compile, no dynamic batch size) and a
   ``TrainingWorkerConfig``;
-* creates the worker (:class:`verl_ext.engine_entropy.EntropyAwareTrainingWorker` by default), ``reset()``,
-  ``set_loss_fn(partial(loss, config=actor_config))`` with verl_ext's ``ppo_loss`` when it exists;
+* creates the worker (verl's ``TrainingWorker``, or the class the caller passes - verl_ext's callers pass
+  :class:`verl_ext.trainer.actor_worker.EntropyAwareTrainingWorker`), ``reset()``,
+  ``set_loss_fn(partial(loss, config=actor_config))`` with the loss the caller passes (verl's ``ppo_loss`` by
+  default; verl_ext's callers pass :func:`verl_ext.trainer.actor_loss.ppo_loss`);
 * :meth:`CpuActor.compute_log_prob` runs ``infer_batch`` (old log-probs, entropy) and
   :meth:`CpuActor.update` runs ``train_mini_batch`` with the meta info verl's trainer sends.
 
@@ -54,18 +56,18 @@ def init_cpu_process_group() -> None:
     if torch.distributed.is_initialized():
         if torch.distributed.get_world_size() != 1:
             raise RuntimeError(
-                "verl_ext.cpu_engine: a torch.distributed process group with world size "
+                "verl_ext.cpu.engine: a torch.distributed process group with world size "
                 f"{torch.distributed.get_world_size()} is running; CpuActor needs a single-rank group"
             )
         return
     if os.environ["WORLD_SIZE"] != "1":
-        raise RuntimeError(f"verl_ext.cpu_engine: WORLD_SIZE={os.environ['WORLD_SIZE']}; CpuActor runs one rank")
+        raise RuntimeError(f"verl_ext.cpu.engine: WORLD_SIZE={os.environ['WORLD_SIZE']}; CpuActor runs one rank")
     torch.distributed.init_process_group("gloo", rank=0, world_size=1)
 
 
 def default_loss_fn() -> Callable[..., Any]:
-    """verl_ext's actor loss (``verl_ext.actor_loss.ppo_loss``)."""
-    from verl_ext.actor_loss import ppo_loss
+    """verl's actor loss (``verl.workers.utils.losses.ppo_loss``), the default of :class:`CpuActor`."""
+    from verl.workers.utils.losses import ppo_loss
 
     return ppo_loss
 
@@ -161,11 +163,12 @@ class CpuActor:
     """verl's FSDP2 ``TrainingWorker`` on CPU with an actor loss, driven like verl's trainer drives the actor.
 
     Args:
-        model_path: a local Hugging Face model directory (e.g. :func:`verl_ext.tiny_model.build_tiny_model`).
+        model_path: a local Hugging Face model directory (e.g. :func:`verl_ext.cpu.tiny_model.build_tiny_model`).
         actor_config: a verl ``FSDPActorConfig`` (or verl_ext's subclass); ``strategy`` must be ``fsdp2``. Its
             optimizer, micro-batch sizes, entropy options and loss settings are used.
-        loss_fn: the loss bound as ``partial(loss_fn, config=actor_config)``; default verl_ext's ``ppo_loss``.
-        worker_cls: the worker class; default :class:`verl_ext.engine_entropy.EntropyAwareTrainingWorker`
+        loss_fn: the loss bound as ``partial(loss_fn, config=actor_config)``; default verl's ``ppo_loss``.
+        worker_cls: the worker class; default verl's ``TrainingWorker`` (verl_ext's callers pass
+            :class:`verl_ext.trainer.actor_worker.EntropyAwareTrainingWorker`)
             (verl's ``TrainingWorker`` gives verl's behaviour).
         temperature: sampling temperature the log-probs are computed at.
         enable_gradient_checkpointing: HF gradient checkpointing of the model.
@@ -185,7 +188,7 @@ class CpuActor:
         init_cpu_process_group()
         from verl.workers.config import HFModelConfig, TrainingWorkerConfig
 
-        from verl_ext.engine_entropy import EntropyAwareTrainingWorker
+        from verl.workers.engine_workers import TrainingWorker
 
         if getattr(actor_config, "strategy", None) != "fsdp2":
             raise ValueError(
@@ -227,7 +230,7 @@ class CpuActor:
             optimizer_config=actor_config.optim,
             checkpoint_config=actor_config.checkpoint,
         )
-        self.worker = (worker_cls or EntropyAwareTrainingWorker)(config=worker_config)
+        self.worker = (worker_cls or TrainingWorker)(config=worker_config)
         self.worker.reset()
         self.loss_fn = partial(loss_fn or default_loss_fn(), config=actor_config)
         self.worker.set_loss_fn(self.loss_fn)

@@ -1,6 +1,6 @@
 """verl's real FSDP2 ``TrainingWorker`` on CPU/gloo with verl_ext's losses (issue 3, items 2 and 6).
 
-Every update runs through ``verl_ext.actor_loss.ppo_loss`` inside verl's engine on a tiny random Qwen2
+Every update runs through ``verl_ext.trainer.actor_loss.ppo_loss`` inside verl's engine on a tiny random Qwen2
 (``tiny_model_dir`` fixture, built once per session). Engine tests skip on machines with CUDA: the CPU
 platform refuses to exist there.
 """
@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from verl_ext.cpu import platform as cpu_platform
-from verl_ext.tiny_model import DEFAULT_WORDS, build_tiny_model, build_tokenizer
+from verl_ext.cpu.tiny_model import DEFAULT_WORDS, build_tiny_model, build_tokenizer
 
 pytestmark = [pytest.mark.engine, pytest.mark.filterwarnings("ignore:.*engine is not available:UserWarning")]
 cpu_only = pytest.mark.skipif(
@@ -45,7 +45,7 @@ def actor_config(loss_mode: str = "vanilla", loss_kwargs: dict | None = None, **
     """verl_ext's FSDPActorConfig: fsdp2, mini-batch 4 of micro-batches 2, lr 1e-2, no weight decay."""
     from verl.workers.config import FSDPOptimizerConfig
 
-    from verl_ext.actor_config import FSDPActorConfig
+    from verl_ext.trainer.actor_config import FSDPActorConfig
     from verl_ext.config import PolicyLossConfig
 
     kwargs: dict[str, Any] = dict(
@@ -62,7 +62,7 @@ def actor_config(loss_mode: str = "vanilla", loss_kwargs: dict | None = None, **
 
 def rollout(actor, seed: int = 1, batch_size: int = 8):
     """A random batch with the old-policy log-probs and entropy of ``actor`` (the old-log-prob pass)."""
-    from verl_ext.cpu_engine import random_batch
+    from verl_ext.cpu.engine import random_batch
 
     batch = random_batch(batch_size, VOCAB, seed=seed)
     old = actor.compute_log_prob(batch, calculate_entropy=True)
@@ -89,8 +89,8 @@ def changed(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> 
 
 @pytest.fixture
 def loss_spy(monkeypatch) -> list[dict[str, Any]]:
-    """Replace ``verl_ext.actor_loss.ppo_loss`` (the CpuActor default) by a recording pass-through."""
-    from verl_ext import actor_loss
+    """Replace ``verl_ext.trainer.actor_loss.ppo_loss`` (what ``make_actor`` installs) by a recording pass-through."""
+    from verl_ext.trainer import actor_loss
 
     real = actor_loss.ppo_loss
     calls: list[dict[str, Any]] = []
@@ -107,8 +107,13 @@ def loss_spy(monkeypatch) -> list[dict[str, Any]]:
 @pytest.fixture
 def make_actor(tiny_model_dir) -> Callable[..., Any]:
     def build(config, **kwargs):
-        from verl_ext.cpu_engine import CpuActor
+        """verl's engine with verl_ext's actor loss and worker (looked up now: ``loss_spy`` may have replaced it)."""
+        from verl_ext.cpu.engine import CpuActor
+        from verl_ext.trainer import actor_loss
+        from verl_ext.trainer.actor_worker import EntropyAwareTrainingWorker
 
+        kwargs.setdefault("loss_fn", actor_loss.ppo_loss)
+        kwargs.setdefault("worker_cls", EntropyAwareTrainingWorker)
         return CpuActor(tiny_model_dir, config, **kwargs)
 
     return build
@@ -224,7 +229,7 @@ COV_KWARGS = {
 @pytest.mark.parametrize("loss_mode", LOSSES)
 def test_update_runs_through_verl_ext_loss(make_actor, loss_spy, loss_mode):
     """Two optimizer steps (mini-batches of 4, micro-batches of 2) through verl_ext's ppo_loss."""
-    from verl_ext.selection import select_tokens_for_batch
+    from verl_ext.losses.selection import select_tokens_for_batch
 
     config = actor_config(loss_mode, COV_KWARGS.get(loss_mode))
     actor = make_actor(config)
@@ -238,7 +243,7 @@ def test_update_runs_through_verl_ext_loss(make_actor, loss_spy, loss_mode):
     metrics = actor.update(batch)
     after = actor.parameters_snapshot()
 
-    assert len(loss_spy) == 4  # 2 mini-batches x 2 micro-batches, all through verl_ext.actor_loss.ppo_loss
+    assert len(loss_spy) == 4  # 2 mini-batches x 2 micro-batches, all through verl_ext.trainer.actor_loss.ppo_loss
     losses, grad_norms = values(metrics, "loss"), values(metrics, "grad_norm")
     assert len(grad_norms) == 2 and all(math.isfinite(g) and g > 0 for g in grad_norms)
     assert all(math.isfinite(x) for x in losses)
@@ -374,9 +379,9 @@ def test_verl_worker_from_hydra_config_runs_erc_by_config_alone(tiny_model_dir):
     from hydra import compose, initialize_config_dir
     from verl.utils import tensordict_utils as tu
 
-    from verl_ext import actor_loss
-    from verl_ext.cpu_engine import cpu_actor_overrides, init_cpu_process_group, random_batch
-    from verl_ext.engine_entropy import EntropyAwareTrainingWorker, VerlExtActorRolloutRefWorker
+    from verl_ext.trainer import actor_loss
+    from verl_ext.cpu.engine import cpu_actor_overrides, init_cpu_process_group, random_batch
+    from verl_ext.trainer.actor_worker import EntropyAwareTrainingWorker, VerlExtActorRolloutRefWorker
     from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
     cpu_platform.activate()

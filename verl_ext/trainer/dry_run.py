@@ -28,7 +28,7 @@ EXIT_INVALID = 2
 
 _TOP_KEYS = ("actor_rollout_ref", "critic", "algorithm", "data", "trainer", "reward", "distillation",
              "global_profiler", "transfer_queue", "ray_kwargs", "skip")  # fmt: skip
-# (not "verl_ext": module names such as verl_ext.actor_config would read as keys; its keys raise ConfigError)
+# (not "verl_ext": module names such as verl_ext.trainer.actor_config would read as keys; its keys raise ConfigError)
 _KEY_IN_TEXT = re.compile(r"\b((?:%s)(?:\.[A-Za-z_][\w]*)+)" % "|".join(_TOP_KEYS))
 _FULL_KEY = re.compile(r"full_key:\s*(\S+)")
 _OMEGACONF_DETAILS = ("full_key:", "object_type=", "reference_type=")

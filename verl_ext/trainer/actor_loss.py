@@ -1,6 +1,6 @@
 """verl_ext's actor loss: verl's ``ppo_loss`` contract, plus the extra inputs of verl_ext's policy losses and
 KL clipping. Installed on the actor with verl's ``set_loss_fn`` by
-:class:`verl_ext.engine_entropy.VerlExtActorRolloutRefWorker` (``partial(ppo_loss, config=actor_config)``).
+:class:`verl_ext.trainer.actor_worker.VerlExtActorRolloutRefWorker` (``partial(ppo_loss, config=actor_config)``).
 
 Per micro-batch, as verl's ``verl.workers.utils.losses.ppo_loss``::
 
@@ -18,7 +18,7 @@ What verl_ext adds:
   and the batch field ``old_entropy`` (the old-log-prob pass's entropy, kept by verl_ext's trainer hooks).
 * ``cov_selected`` for ``clip_cov`` / ``kl_cov`` with ``cov_scope=batch``: the tokens chosen over the whole
   training batch (batch field set by the trainer hooks); ``cov_scope=micro`` selects per micro-batch.
-* KL clipping (:mod:`verl_ext.kl_clip`) with metrics ``actor/kl_clip/{raw_kl,clipped_kl,frac_above}``.
+* KL clipping (:mod:`verl_ext.losses.kl_clip`) with metrics ``actor/kl_clip/{raw_kl,clipped_kl,frac_above}``.
 
 Why not a wrapper around verl's ``ppo_loss``: that function looks up the policy loss and calls it with a
 fixed argument list and computes the KL term inline, so neither the extra inputs nor the clipped KL can be
@@ -38,7 +38,7 @@ from verl.utils.metric import AggregationType, Metric
 from verl.workers.utils.padding import no_padding_2_padding
 
 from verl_ext.config import loss_mode_of
-from verl_ext.kl_clip import clipped_kl_matrix
+from verl_ext.losses.kl_clip import clipped_kl_matrix
 from verl_ext.trainer.hooks import COV_SELECTED, OLD_ENTROPY, needs_batch_selection, needs_old_entropy
 
 BASE_FIELDS = ("response_mask", "old_log_probs", "advantages")
@@ -82,7 +82,7 @@ def policy_loss_extras(config: Any, batch: TensorDict, entropy: torch.Tensor | N
                 f"verl_ext: actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode_of(config)} with "
                 f"cov_scope=batch needs the batch field '{COV_SELECTED}', which verl_ext's trainer (python -m "
                 "verl_ext.main_ppo) adds before each actor update; with another driver, add it with "
-                "verl_ext.selection.select_tokens_for_batch or set policy_loss.cov_scope=micro"
+                "verl_ext.losses.selection.select_tokens_for_batch or set policy_loss.cov_scope=micro"
             )
         extras["cov_selected"] = batch[COV_SELECTED].bool()
     return extras

@@ -1,7 +1,7 @@
-"""verl_ext's actor dataclass: verl's ``FSDPActorConfig`` plus the KL-clipping keys (see :mod:`verl_ext.kl_clip`).
+"""verl_ext's actor dataclass: verl's ``FSDPActorConfig`` plus the KL-clipping keys (see :mod:`verl_ext.losses.kl_clip`).
 
 Hydra builds it for ``actor_rollout_ref.actor`` because ``configs/verl_ext_trainer.yaml`` sets the node's
-``_target_`` to ``verl_ext.actor_config.FSDPActorConfig``; verl's FSDP / FSDP2 engines take it wherever they
+``_target_`` to ``verl_ext.trainer.actor_config.FSDPActorConfig``; verl's FSDP / FSDP2 engines take it wherever they
 take verl's class. Its ``policy_loss`` defaults to :class:`verl_ext.config.PolicyLossConfig`.
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from verl.workers.config import FSDPActorConfig as VerlFSDPActorConfig
 
 from verl_ext.config import PolicyLossConfig
-from verl_ext.kl_clip import check_kl_clip_params
+from verl_ext.losses.kl_clip import check_kl_clip_params
 
 
 @dataclass

@@ -19,7 +19,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LOSSES = ("clip_cov", "kl_cov", "grpo_erc", "gppo_erc")
 
 # A realistic cluster command line (the model path is a hub id: the dry run never loads it).
@@ -77,7 +77,7 @@ def compose():
 
 
 def dry(cfg) -> tuple[int, str, str]:
-    from verl_ext.dry_run import dry_run
+    from verl_ext.trainer.dry_run import dry_run
 
     out, err = io.StringIO(), io.StringIO()
     return dry_run(cfg, out=out, err=err), out.getvalue(), err.getvalue()
@@ -130,7 +130,7 @@ def test_dry_run_matrix(compose, loss, use_v1):
 
 def test_new_keys_need_no_plus(compose):
     """Every verl_ext key is in the composed config, so plain overrides reach the built dataclasses."""
-    from verl_ext.dry_run import validate
+    from verl_ext.trainer.dry_run import validate
 
     cfg = compose(
         "actor_rollout_ref.actor.policy_loss.loss_mode=gppo_erc",
@@ -151,7 +151,7 @@ def test_new_keys_need_no_plus(compose):
     assert (loss.loss_mode, loss.entropy_mask_low, loss.entropy_mask_high) == ("gppo_erc", 0.9, 1.1)
     assert (loss.gppo_beta1, loss.gppo_beta2, loss.cov_scope, loss.cov_seed) == (0.5, 0.25, "micro", 7)
     assert (actor.kl_clip_method, actor.kl_clip_threshold, actor.use_per_token_kl_threshold) == ("soft", 0.5, True)
-    assert type(actor).__module__ == "verl_ext.actor_config" and type(loss).__module__ == "verl_ext.config"
+    assert type(actor).__module__ == "verl_ext.trainer.actor_config" and type(loss).__module__ == "verl_ext.config"
 
 
 def test_group_file_sets_its_defaults_and_plain_loss_mode_keeps_base(compose):
@@ -197,7 +197,7 @@ def test_bad_values_name_the_key(compose, overrides, key, words):
 def test_real_run_validates_before_ray_and_picks_the_task_runner(compose, monkeypatch):
     import verl.trainer.main_ppo as verl_main
 
-    from verl_ext import main_ppo
+    from verl_ext.trainer import main as main_ppo
     from verl_ext.trainer.legacy import VerlExtTaskRunner
     from verl_ext.trainer.v1 import VerlExtTaskRunnerV1
 
@@ -275,7 +275,7 @@ def test_actor_roles_run_verl_ext_worker(compose):
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
     from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
-    from verl_ext.engine_entropy import VerlExtActorRolloutRefWorker
+    from verl_ext.trainer.actor_worker import VerlExtActorRolloutRefWorker
     from verl_ext.trainer.legacy import VerlExtTaskRunnerImpl
     from verl_ext.trainer.v1 import make_v1_trainer
     from verl_ext.trainer.workers import unwrap_ray_class, verl_ext_worker_cls

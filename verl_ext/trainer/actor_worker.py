@@ -160,7 +160,7 @@ class EntropyAwareTrainingWorker(TrainingWorker):
 
 class VerlExtActorRolloutRefWorker(ActorRolloutRefWorker):
     """verl's ``ActorRolloutRefWorker`` with verl_ext's actor: an :class:`EntropyAwareTrainingWorker` whose
-    loss is ``verl_ext.actor_loss.ppo_loss`` (the one that hands ERC losses their entropies).
+    loss is ``verl_ext.trainer.actor_loss.ppo_loss`` (the one that hands ERC losses their entropies).
 
     Map the trainer's actor role (``Role.ActorRollout`` / ``Role.ActorRolloutRef`` / ``Role.Actor``) to
     ``ray.remote(VerlExtActorRolloutRefWorker)``. Outside ERC losses the update forward is verl's; a
@@ -174,11 +174,11 @@ class VerlExtActorRolloutRefWorker(ActorRolloutRefWorker):
         super().init_model()
         loss_fn = getattr(self, "loss_fn", None)
         if self.actor is not None and getattr(loss_fn, "func", None) is verl_ppo_loss:
-            from verl_ext.actor_loss import ppo_loss
+            from verl_ext.trainer.actor_loss import ppo_loss
 
             self.loss_fn = functools.partial(ppo_loss, *loss_fn.args, **loss_fn.keywords)
             self.actor.set_loss_fn(self.loss_fn)
-            logger.info("verl_ext: actor loss is verl_ext.actor_loss.ppo_loss (loss_mode=%s)",
+            logger.info("verl_ext: actor loss is verl_ext.trainer.actor_loss.ppo_loss (loss_mode=%s)",
                         loss_mode_of(actor_config_of(self.loss_fn)))  # fmt: skip
 
 

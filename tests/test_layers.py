@@ -1,0 +1,93 @@
+"""The package layout holds: every module's verl_ext imports go to its own package or to a lower one.
+
+Levels (docs/ARCHITECTURE.md): config 0; losses, cpu, analysis 1; registration 2; trainer 3; demo 4; the
+package root and the ``python -m`` shims above everything. Imports inside functions count too.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "verl_ext"
+
+LEVELS = {
+    "verl_ext.config": 0,
+    "verl_ext.losses": 1,
+    "verl_ext.cpu": 1,
+    "verl_ext.analysis": 1,
+    "verl_ext.registration": 2,
+    "verl_ext.trainer": 3,
+    "verl_ext.demo": 4,
+    "verl_ext": 9,
+    "verl_ext.main_ppo": 9,
+    "verl_ext.analyze": 9,
+}
+
+
+def unit_of(module: str) -> str:
+    """The unit (package or top-level module) a dotted module name belongs to."""
+    parts = module.split(".")
+    if len(parts) >= 2 and ".".join(parts[:2]) in LEVELS:
+        return ".".join(parts[:2])
+    return parts[0]
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def verl_ext_imports(path: Path) -> list[tuple[int, str]]:
+    """``(line, module)`` for every ``import verl_ext...`` / ``from verl_ext... import ...`` in the file."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names if alias.name.split(".")[0] == "verl_ext"]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.split(".")[0] == "verl_ext":
+            if node.module == "verl_ext":  # from verl_ext import losses -> verl_ext.losses
+                found += [(node.lineno, f"verl_ext.{alias.name}") for alias in node.names]
+            else:
+                found.append((node.lineno, node.module))
+    return found
+
+
+MODULES = sorted(PACKAGE.rglob("*.py"))
+
+
+def test_every_module_belongs_to_a_known_unit():
+    unknown = {module_name(p) for p in MODULES if unit_of(module_name(p)) not in LEVELS}
+    assert not unknown, f"modules outside the documented layout: {sorted(unknown)}"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: module_name(p))
+def test_no_module_imports_a_higher_or_sibling_package(path):
+    here = unit_of(module_name(path))
+    for line, target in verl_ext_imports(path):
+        there = unit_of(target)
+        if there == here:
+            continue
+        assert there in LEVELS, f"{path}:{line} imports {target}, outside the layout"
+        assert LEVELS[there] < LEVELS[here], (
+            f"{path.relative_to(ROOT)}:{line} ({here}, level {LEVELS[here]}) imports {target} ({there}, level "
+            f"{LEVELS[there]}): a package may import only lower ones"
+        )
+
+
+@pytest.mark.parametrize("package", [p for p in LEVELS if (PACKAGE / p.split(".")[-1] / "__init__.py").exists()])
+def test_each_package_says_what_lives_there_and_what_it_may_import(package):
+    doc = ast.get_docstring(ast.parse((PACKAGE / package.split(".")[-1] / "__init__.py").read_text())) or ""
+    assert len(doc.splitlines()) >= 3, f"{package}/__init__.py needs a docstring map"
+    assert "may import" in doc.lower(), f"{package}/__init__.py must say what it may import"
+
+
+def test_test_file_names_are_unique():
+    """Test folders are not packages, so pytest (and spawned test workers) import test files by their name."""
+    names = [p.name for p in (ROOT / "tests").rglob("test_*.py")]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)

@@ -1,0 +1,10 @@
+"""Reading and comparing training runs (level 1): ``python -m verl_ext.analyze``.
+
+| module | contents |
+| --- | --- |
+| ``run_reader`` | verl's file-logger JSONL and TensorBoard logs -> per-run metric series |
+| ``entropy_law`` | the entropy-performance law ``R = -a exp(H) + b`` of Cui et al.: fit and ceiling |
+| ``cli`` | the command: tables, CSV, plots |
+
+May import: numpy, matplotlib, tensorboard's reader; nothing else of verl_ext (it reads logs, not models).
+"""

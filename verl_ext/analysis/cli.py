@@ -1,0 +1,207 @@
+"""``python -m verl_ext.analyze RUN [RUN ...]``: compare verl runs and fit the entropy-performance law.
+
+For every run (a verl ``file``-logger JSONL file or a TensorBoard event directory, optionally
+``label=path``) this fits ``R = -a * exp(H) + b`` (Cui et al., arXiv 2505.22617; ``H`` = policy
+entropy, ``R`` = reward) by least squares in ``x = exp(H)``, prints ``a``, ``b``, R² and the predicted
+ceiling ``b - a`` (the reward when entropy reaches 0), and draws entropy, reward, selected-token
+fraction, KL and the fitted law for all runs side by side in one PNG.
+
+Exit status: 0 when at least one run was fitted; 1 when every run was read but none could be
+fitted (each gets a "cannot fit: <reason>" line); 2 on unusable input (missing path, empty file,
+invalid JSON line, a run without the entropy or reward metric).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from verl_ext.analysis.entropy_law import EntropyLawFit, FitError, fit_run, paired_points
+from verl_ext.analysis.run_reader import METRIC_KEYS, Candidate, Run, RunReadError, read_runs
+
+#: Panels of the figure: (quantity in METRIC_KEYS, title).
+PANELS: tuple[tuple[str, str], ...] = (
+    ("entropy", "policy entropy"),
+    ("reward", "reward / accuracy"),
+    ("selected_frac", "selected-token fraction"),
+    ("kl", "KL"),
+)
+
+
+@dataclass
+class Analysis:
+    """One run with the keys used for the law and its fit (or why it could not be fitted)."""
+
+    run: Run
+    entropy_key: str
+    reward_key: str
+    fit: EntropyLawFit | None = None
+    error: str | None = None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m verl_ext.analyze",
+        description="Plot verl runs side by side and fit the entropy-performance law R = -a*exp(H) + b per run.",
+    )
+    p.add_argument("runs", nargs="+", metavar="RUN",
+                   help="verl file-logger .jsonl file, TensorBoard event dir, or a dir of runs; 'label=path' names it")
+    p.add_argument("--out", default="analysis.png", help="PNG to write (default: analysis.png)")
+    p.add_argument("--entropy-key", help="metric used as H (default: actor/entropy)")
+    p.add_argument("--reward-key", help="metric used as R (default: critic/score/mean, else val-core/.../mean@N)")
+    p.add_argument("--csv", help="also write the per-run fit table to this CSV file")
+    p.add_argument("--no-plot", action="store_true", help="only print the fits, write no PNG")
+    return p
+
+
+def load_runs(args: Sequence[str]) -> list[Run]:
+    """Every run named on the command line; duplicate labels get a ``#n`` suffix."""
+    runs = [run for arg in args for run in read_runs(arg)]
+    seen: dict[str, int] = {}
+    for run in runs:
+        seen[run.label] = seen.get(run.label, 0) + 1
+        if seen[run.label] > 1:
+            run.label = f"{run.label}#{seen[run.label]}"
+    return runs
+
+
+def candidates(quantity: str, override: str | None) -> tuple[Candidate, ...]:
+    return (override,) if override else METRIC_KEYS[quantity]
+
+
+def analyse(run: Run, entropy_key: str | None, reward_key: str | None) -> Analysis:
+    """Pick the law's keys (RunReadError if missing) and fit; a FitError is kept as ``error``."""
+    result = Analysis(
+        run=run,
+        entropy_key=run.require("entropy", candidates("entropy", entropy_key)),
+        reward_key=run.require("reward", candidates("reward", reward_key)),
+    )
+    try:
+        result.fit = fit_run(run, result.entropy_key, result.reward_key)
+    except FitError as e:
+        result.error = str(e)
+    return result
+
+
+def format_table(results: Sequence[Analysis]) -> str:
+    """The per-run fit table printed by the CLI."""
+    width = max(len("run"), *(len(r.run.label) for r in results))
+    lines = [
+        "entropy-performance law R = -a * exp(H) + b (ceiling = b - a, the reward when entropy reaches 0)",
+        f"{'run':<{width}}  {'steps':>5}  {'a':>9}  {'b':>9}  {'R^2':>7}  {'ceiling':>9}  H key -> R key",
+    ]
+    for r in results:
+        if r.fit is None:
+            lines.append(f"{r.run.label:<{width}}  cannot fit: {r.error}")
+            continue
+        f = r.fit
+        numbers = f"{f.n:>5d}  {f.a:>9.4f}  {f.b:>9.4f}  {f.r2:>7.4f}  {f.ceiling:>9.4f}"
+        lines.append(f"{r.run.label:<{width}}  {numbers}  {r.entropy_key} -> {r.reward_key}")
+    return "\n".join(lines)
+
+
+def write_csv(results: Sequence[Analysis], path: Path) -> None:
+    """One row per run: label, source, keys, points, a, b, r2, ceiling, error (empty when fitted)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["run", "path", "entropy_key", "reward_key", "points", "a", "b", "r2", "ceiling", "error"])
+        for r in results:
+            f = r.fit
+            nums = [f.n, f.a, f.b, f.r2, f.ceiling] if f else ["", "", "", "", ""]
+            w.writerow([r.run.label, str(r.run.path), r.entropy_key, r.reward_key, *nums, r.error or ""])
+
+
+def _draw_metric(ax, results: Sequence[Analysis], quantity: str, title: str, cands: tuple[Candidate, ...]) -> None:
+    """One panel: the metric over steps for every run that logs it, else a "not logged" note."""
+    used = {}
+    for i, r in enumerate(results):
+        key = r.run.resolve(cands)
+        if key is None:
+            continue
+        steps, values = r.run.series(key)
+        used[r.run.label] = key
+        ax.plot(steps, values, color=f"C{i % 10}", marker="." if len(steps) < 30 else None, label=r.run.label)
+    ax.set_title(title)
+    ax.set_xlabel("step")
+    if not used:
+        names = "\n".join(c if isinstance(c, str) else c.pattern for c in cands)
+        ax.text(0.5, 0.5, f"not logged by any run\n(looked for:\n{names})", ha="center", va="center",
+                transform=ax.transAxes, fontsize=7, color="0.4")
+        ax.set_xticks([])
+        ax.set_yticks([])
+        return
+    keys = sorted(set(used.values()))
+    ax.set_ylabel(keys[0] if len(keys) == 1 else "; ".join(keys), fontsize=7)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+
+
+def _draw_law(ax, results: Sequence[Analysis]) -> None:
+    """Reward against entropy, with each run's fitted ``-a exp(H) + b`` curve."""
+    for i, r in enumerate(results):
+        _, h, rew = paired_points(r.run, r.entropy_key, r.reward_key)
+        color = f"C{i % 10}"
+        ax.scatter(h, rew, s=8, color=color, alpha=0.6)
+        if r.fit is not None and h.size:
+            grid = np.linspace(min(0.0, h.min()), h.max(), 100)
+            label = f"{r.run.label}: a={r.fit.a:.3g} b={r.fit.b:.3g} R²={r.fit.r2:.3f}"
+            ax.plot(grid, r.fit.predict(grid), color=color, label=label)
+    ax.set_title("R = -a·exp(H) + b (fit)")
+    ax.set_xlabel("entropy H")
+    ax.set_ylabel("reward R")
+    ax.grid(alpha=0.3)
+    if any(r.fit is not None for r in results):
+        ax.legend(fontsize=7)
+
+
+def plot(
+    results: Sequence[Analysis], out: Path, entropy_key: str | None, reward_key: str | None, title: str | None = None
+) -> Path:
+    """Write the grid of panels (entropy, reward, selected fraction, KL, fitted law) to ``out``; the title
+    defaults to the run labels."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(16, 9))
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(2, 3).ravel()
+    overrides = {"entropy": entropy_key, "reward": reward_key}
+    for ax, (quantity, panel_title) in zip(axes, PANELS):
+        _draw_metric(ax, results, quantity, panel_title, candidates(quantity, overrides.get(quantity)))
+    _draw_law(axes[len(PANELS)], results)
+    for ax in axes[len(PANELS) + 1:]:
+        ax.set_axis_off()
+    fig.suptitle(title or ", ".join(r.run.label for r in results))
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point; returns the exit status (see the module docstring)."""
+    args = build_parser().parse_args(argv)
+    try:
+        runs = load_runs(args.runs)
+        results = [analyse(run, args.entropy_key, args.reward_key) for run in runs]
+    except RunReadError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(format_table(results))
+    if args.csv:
+        write_csv(results, Path(args.csv))
+        print(f"wrote {args.csv}")
+    if not args.no_plot:
+        print(f"wrote {plot(results, Path(args.out), args.entropy_key, args.reward_key)}")
+    return 0 if any(r.fit is not None for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
