@@ -16,8 +16,8 @@ import textwrap
 
 import pytest
 import torch
+from _cpu_marks import cpu_only, needs_vllm_cpu
 
-cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU mode never acts next to a GPU")
 
 
 def python(code: str, env: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
@@ -193,19 +193,6 @@ _VLLM_VERSION = """
     result["vllm_cpu"] = md.version("vllm-cpu")
     print(json.dumps(result))
 """
-
-
-def _vllm_cpu_installed() -> bool:
-    from importlib import metadata
-
-    try:
-        metadata.version("vllm-cpu")
-    except metadata.PackageNotFoundError:
-        return False
-    return True
-
-
-needs_vllm_cpu = pytest.mark.skipif(not _vllm_cpu_installed(), reason="vLLM's CPU build (vllm-cpu) is not installed")
 
 
 @cpu_only

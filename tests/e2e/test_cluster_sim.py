@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _cpu_marks import cpu_only, needs_vllm_cpu
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -39,21 +40,8 @@ def _unshare() -> list[str]:
     return ["unshare", "--net"] if os.geteuid() == 0 else ["unshare", "--net", "--map-root-user"]
 
 
-def _vllm_cpu_installed() -> bool:
-    from importlib import metadata
 
-    try:
-        metadata.version("vllm-cpu")
-    except metadata.PackageNotFoundError:
-        return False
-    return True
-
-
-pytestmark = [
-    pytest.mark.skipif(torch.cuda.is_available(), reason="CPU mode never runs next to a GPU"),
-    pytest.mark.skipif(not _vllm_cpu_installed(), reason="CPU mode needs vLLM's CPU build (scripts/install_cpu.sh)"),
-    pytest.mark.e2e,
-]
+pytestmark = [cpu_only, needs_vllm_cpu, pytest.mark.e2e]
 
 SCENARIO = r"""
 set -uo pipefail

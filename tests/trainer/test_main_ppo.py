@@ -22,20 +22,7 @@ from tensordict import TensorDict
 ROOT = Path(__file__).resolve().parents[2]
 LOSSES = ("clip_cov", "kl_cov", "grpo_erc", "gppo_erc")
 
-# A realistic cluster command line (the model path is a hub id: the dry run never loads it).
-CLUSTER = [
-    "actor_rollout_ref.model.path=Qwen/Qwen2.5-7B-Instruct",
-    "actor_rollout_ref.rollout.name=vllm",
-    "algorithm.adv_estimator=grpo",
-    "data.train_batch_size=64",
-    "actor_rollout_ref.rollout.n=8",
-    "actor_rollout_ref.actor.ppo_mini_batch_size=16",
-    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
-    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
-    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",
-    "trainer.nnodes=2",
-    "trainer.n_gpus_per_node=8",
-]
+from _trainer_fakes import CLUSTER  # noqa: E402
 
 # Per-loss overrides, all without `+`; the value the summary must show.
 LOSS_OVERRIDES = {
@@ -58,22 +45,6 @@ def run_cli(*overrides: str, cwd: Path) -> subprocess.CompletedProcess:
         [sys.executable, "-m", "verl_ext.main_ppo", *overrides],
         cwd=cwd, env=_env(), capture_output=True, text=True, timeout=300,
     )  # fmt: skip
-
-
-@pytest.fixture()
-def compose():
-    """Compose verl_ext's top config in-process with ``overrides`` (on top of :data:`CLUSTER`)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_module
-    from hydra.core.global_hydra import GlobalHydra
-
-    def _compose(*overrides: str, base: tuple = tuple(CLUSTER)):
-        GlobalHydra.instance().clear()
-        with initialize_config_module(config_module="verl_ext.configs", version_base=None):
-            return hydra_compose(config_name="verl_ext_trainer", overrides=[*base, *overrides])
-
-    yield _compose
-    GlobalHydra.instance().clear()
 
 
 def dry(cfg) -> tuple[int, str, str]:
@@ -313,65 +284,7 @@ def test_selection_step_is_unique_per_update():
 # Legacy trainer hooks on DataProto (no Ray)
 # ---------------------------------------------------------------------------------------------------
 
-PROMPT_LENS, RESPONSE_LENS, P, R = [3, 4, 2, 4], [5, 2, 4, 3], 4, 5
-
-
-def legacy_batch(seed: int = 0, old_log_probs: bool = True):
-    """A left/right padded 4-row batch as the legacy trainer holds it after computing advantages (or,
-    with ``old_log_probs=False``, before the old-log-prob pass)."""
-    from verl import DataProto
-
-    g = torch.Generator().manual_seed(seed)
-    b = len(PROMPT_LENS)
-    attention = torch.zeros(b, P + R, dtype=torch.int64)
-    response_mask = torch.zeros(b, R, dtype=torch.int64)
-    for i, (p, r) in enumerate(zip(PROMPT_LENS, RESPONSE_LENS)):
-        attention[i, P - p : P + r] = 1
-        response_mask[i, :r] = 1
-    position_ids = (attention.cumsum(-1) - 1).clamp(min=0)
-    input_ids = torch.randint(5, 100, (b, P + R), generator=g) * attention
-    fields = {
-        "input_ids": input_ids, "attention_mask": attention, "position_ids": position_ids,
-        "prompts": input_ids[:, :P], "responses": input_ids[:, P:], "response_mask": response_mask,
-        "advantages": torch.randn(b, R, generator=g) * response_mask,
-        "old_log_probs": -torch.rand(b, R, generator=g) * 3 * response_mask,
-        "row_id": torch.arange(b),
-    }  # fmt: skip
-    if not old_log_probs:
-        del fields["old_log_probs"]
-    return DataProto.from_dict(fields)
-
-
-class FakeLegacyWorkerGroup:
-    """Stands in for the actor worker group: per-token outputs of the unpadded sequences, and a record of
-    what ``update_actor`` received."""
-
-    def __init__(self):
-        self.updates = []
-
-    def compute_log_prob(self, batch_td):
-        from verl.utils import tensordict_utils as tu
-
-        lens = batch_td["input_ids"].offsets().diff().tolist()
-        rows = [torch.arange(n, dtype=torch.float32) + 100 * i for i, n in enumerate(lens)]
-        nested = torch.nested.as_nested_tensor(rows, layout=torch.jagged)
-        return tu.get_tensordict({"log_probs": -nested.clone(), "entropy": nested}, non_tensor_dict={"metrics": {"mfu": 0.5}})
-
-    def update_actor(self, batch_td):
-        from verl.utils import tensordict_utils as tu
-
-        self.updates.append(batch_td)
-        return tu.get_tensordict({}, non_tensor_dict={"metrics": {"mfu": 0.1, "pg_loss": [0.0]}})
-
-
-def legacy_trainer(compose, *overrides):
-    from verl_ext.trainer.legacy import VerlExtRayPPOTrainer
-
-    trainer = object.__new__(VerlExtRayPPOTrainer)
-    trainer.config = compose("trainer.use_v1=false", *overrides)
-    trainer.actor_rollout_wg = FakeLegacyWorkerGroup()
-    trainer.global_steps = 3
-    return trainer
+from _trainer_fakes import P, PROMPT_LENS, R, RESPONSE_LENS, legacy_batch, legacy_trainer  # noqa: E402
 
 
 def expected_response_entropy() -> torch.Tensor:

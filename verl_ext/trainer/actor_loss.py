@@ -24,7 +24,7 @@ Why not a wrapper around verl's ``ppo_loss``: that function looks up the policy 
 fixed argument list and computes the KL term inline, so neither the extra inputs nor the clipped KL can be
 passed through it. This function therefore re-states its ~40 lines of orchestration using verl's own
 pieces (``agg_loss``, ``kl_penalty``, ``get_policy_loss_fn``, ``Metric``, ``no_padding_2_padding``);
-``tests/test_actor_loss.py`` checks that it matches verl's ``ppo_loss`` exactly where both apply.
+``tests/trainer/test_actor_loss.py`` checks that it matches verl's ``ppo_loss`` exactly where both apply.
 """
 
 from __future__ import annotations
