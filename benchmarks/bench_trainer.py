@@ -24,16 +24,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from recipe_runs import run_recipe  # noqa: E402
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "verl_ext vanilla": {"loss": "vanilla", "entry": "verl_ext.main_ppo", "baseline": "verl vanilla"},
@@ -46,26 +44,19 @@ VERL_ONLY_ARGS = ("hydra.searchpath=[pkg://verl_ext.configs]", "+platform=cpu")
 
 
 def run_variant(name: str, spec: dict[str, Any], work: Path, steps: int, round_index: int) -> dict[str, Any]:
-    """One training run of ``spec``; returns its per-step metrics and summary figures."""
-    exp = f"{name.replace(' ', '_')}_{round_index}"
-    log = work / f"{exp}.jsonl"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RAY_"))}
-    env.update(WORK_DIR=str(work), ASSETS="0", LOSS=spec["loss"], EXP_NAME=exp, STEPS=str(steps),
-               VERL_FILE_LOGGER_PATH=str(log), PYTHON=sys.executable, RECIPE_ENTRY_MODULE=spec["entry"])  # fmt: skip
+    """One training run of ``spec``; returns its summary figures."""
+    variables = {"WORK_DIR": str(work), "ASSETS": "0", "LOSS": spec["loss"], "STEPS": str(steps),
+                 "RECIPE_ENTRY_MODULE": spec["entry"]}  # fmt: skip
     args = ["trainer.val_before_train=False", f"trainer.test_freq={steps + 1}"]
     if spec["entry"].startswith("verl."):
         # CPU mode without verl_ext's losses: verl's registry keeps its own clip_cov; forwarded to every worker
-        env["VERL_USE_EXTERNAL_PLUGINS"] = "verl_ext_cpu"
+        variables["VERL_USE_EXTERNAL_PLUGINS"] = "verl_ext_cpu"
         args += [*VERL_ONLY_ARGS, "++ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_PLUGINS=verl_ext_cpu"]
-    proc = subprocess.run(["bash", str(REPO / "recipe" / "cpu_tiny.sh"), *args], env=env, cwd=work,
-                          capture_output=True, text=True, timeout=3600)  # fmt: skip
-    if proc.returncode != 0:
-        raise RuntimeError(f"{exp} failed:\n{(proc.stdout + proc.stderr)[-6000:]}")
-    rows = {int(r["step"]): r["data"] for r in map(json.loads, log.read_text().splitlines())}
-    later = [rows[s] for s in sorted(rows) if s > 1]
+    rows = run_recipe(work, f"{name.replace(' ', '_')}_{round_index}", args, **variables)
+    later = rows[1:]
     return {
         "step_s": statistics.median(r["timing_s/step"] for r in later),
-        "peak_rss_gb": max(r.get("actor/perf/max_memory_allocated_gb", float("nan")) for r in rows.values()),
+        "peak_rss_gb": max(r.get("actor/perf/max_memory_allocated_gb", float("nan")) for r in rows),
         "selection_s": statistics.median(r.get("timing_s/verl_ext/cov_selection", 0.0) for r in later),
         "steps": len(rows),
     }

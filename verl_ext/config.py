@@ -13,12 +13,51 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 from verl.workers.config import PolicyLossConfig as VerlPolicyLossConfig
 
 KEY_PREFIX = "actor_rollout_ref.actor.policy_loss."
 COV_SCOPES = ("batch", "micro")
+
+
+class ConfigError(ValueError):
+    """An invalid config value: ``key`` is the full dotted key, ``message`` says what is allowed."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(f"{key}: {message}")
+        self.key = key
+        self.message = message
+
+
+_Config = TypeVar("_Config")
+
+
+class PrefixedConfig:
+    """Base of a config dataclass whose keys live under one prefix (``KEY_PREFIX``, e.g. ``verl_ext.token_lens.``):
+    :meth:`from_mapping` builds it, :meth:`error` makes the :class:`ConfigError` naming one of its keys."""
+
+    KEY_PREFIX: ClassVar[str] = ""
+
+    @classmethod
+    def from_mapping(cls, values: Any) -> Any:
+        """Build from a mapping (an OmegaConf container or a dict); an unknown key is an error naming it."""
+        return dataclass_from_mapping(cls, values, cls.KEY_PREFIX)
+
+    @classmethod
+    def error(cls, key: str, message: str) -> ConfigError:
+        return ConfigError(f"{cls.KEY_PREFIX}{key}", message)
+
+
+def dataclass_from_mapping(cls: type[_Config], values: Any, prefix: str) -> _Config:
+    """``cls(**values)`` for a config dataclass whose keys live under ``prefix`` (e.g. ``verl_ext.token_lens.``);
+    an unknown key is a :class:`ConfigError` naming it and the allowed ones."""
+    data = dict(values or {})
+    known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"{prefix}{unknown[0]}", f"is not a key of {prefix.rstrip('.')}; allowed: {sorted(known)}")
+    return cls(**data)
 
 
 @dataclass

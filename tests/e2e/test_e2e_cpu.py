@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import torch
+from _cpu_marks import cpu_only, needs_vllm_cpu
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "recipe" / "cpu_tiny.sh"
@@ -32,21 +33,13 @@ COV_RATIO = 0.05
 """Selection ratio of the Clip-Cov / KL-Cov runs: max(1, floor(0.05 * ~100)) = a handful of tokens."""
 
 
-def _vllm_cpu_installed() -> bool:
-    from importlib import metadata
 
-    try:
-        metadata.version("vllm-cpu")
-    except metadata.PackageNotFoundError:
-        return False
-    return True
+pytestmark = [cpu_only, needs_vllm_cpu, pytest.mark.e2e]
 
 
-pytestmark = [
-    pytest.mark.skipif(torch.cuda.is_available(), reason="CPU mode never runs next to a GPU"),
-    pytest.mark.skipif(not _vllm_cpu_installed(), reason="CPU mode needs vLLM's CPU build (scripts/install_cpu.sh)"),
-    pytest.mark.e2e,
-]
+AUTOPILOT = ("verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.target=3.0",
+             "verl_ext.entropy_control.ratio_min=0.001", "verl_ext.entropy_control.ratio_max=0.5")  # fmt: skip
+"""The entropy autopilot from the run's COV_RATIO, with a target near the tiny model's initial entropy."""
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -61,6 +54,7 @@ class Run:
         self.name = name
         self.output = output
         self.ckpts = root / "ckpts" / name
+        self.lens = root / f"{name}.lens.jsonl"
         log = root / f"{name}.jsonl"
         assert log.exists(), f"{name}: no JSONL at {log}\n{output[-6000:]}"
         self.steps: dict[int, dict[str, Any]] = {}
@@ -119,11 +113,11 @@ def runs(assets: Path):
                                             "actor_rollout_ref.actor.kl_clip_method=hard",
                                             "actor_rollout_ref.actor.kl_clip_threshold=0.0001",
                                             "trainer.save_freq=2")),
-        "v1_clip_cov": ("clip_cov", ("actor_rollout_ref.actor.policy_loss.clip_cov_lb=-100",
-                                     "actor_rollout_ref.actor.policy_loss.clip_cov_ub=100")),
         "v1_kl_cov": ("kl_cov", ()),
         "v1_gppo_erc": ("gppo_erc", ()),
-        "v1_vanilla": ("vanilla", ()),
+        "v1_autopilot_lens": ("clip_cov", ("actor_rollout_ref.actor.policy_loss.clip_cov_lb=-100",
+                                           "actor_rollout_ref.actor.policy_loss.clip_cov_ub=100",
+                                           *AUTOPILOT, "verl_ext.token_lens.enable=true")),
         # legacy RayPPOTrainer
         "legacy_grpo_erc": ("grpo_erc", ("trainer.use_v1=False",)),
         "legacy_kl_cov": ("kl_cov", ("trainer.use_v1=False",)),
@@ -154,8 +148,9 @@ def budget(run: Run, step: int, ratio: float) -> float:
 # every loss, both trainers
 # ----------------------------------------------------------------------------------------------------------
 
-ALL_RUNS = ["v1_grpo_erc_klclip", "v1_clip_cov", "v1_kl_cov", "v1_gppo_erc", "v1_vanilla", "legacy_grpo_erc",
-            "legacy_kl_cov"]  # fmt: skip
+ALL_RUNS = ["v1_grpo_erc_klclip", "v1_kl_cov", "v1_gppo_erc", "v1_autopilot_lens", "legacy_grpo_erc", "legacy_kl_cov"]
+"""With the resume runs (legacy ``clip_cov``) and the 2-node run (``vanilla``, tests/e2e/test_cluster_sim.py): every
+loss, each trainer with an ERC and a covariance loss."""
 
 
 @pytest.mark.parametrize("name", ALL_RUNS)
@@ -181,8 +176,7 @@ def test_erc_gets_both_entropies(runs, name):
         assert abs(kept + run.metric(step, "actor/erc/below_frac") + run.metric(step, "actor/erc/above_frac") - 1) < 1e-4
 
 
-@pytest.mark.parametrize(("name", "loss"), [("v1_clip_cov", "clip_cov"), ("v1_kl_cov", "kl_cov"),
-                                            ("legacy_kl_cov", "kl_cov")])  # fmt: skip
+@pytest.mark.parametrize(("name", "loss"), [("v1_kl_cov", "kl_cov"), ("legacy_kl_cov", "kl_cov")])
 def test_batch_selection_picks_exactly_the_budget(runs, name, loss):
     run = runs(name)
     for step in (1, 2):
@@ -218,6 +212,34 @@ def test_actor_parameters_changed(runs, assets):
     assert len(changed) == len(initial), f"unchanged: {sorted(set(initial) - set(changed))}"
 
 
+def lens_rows(run: Run) -> dict[int, list[dict]]:
+    rows: dict[int, list[dict]] = {}
+    for line in run.lens.read_text().splitlines():
+        row = json.loads(line)
+        rows.setdefault(row["step"], []).append(row)
+    return rows
+
+
+def test_autopilot_sets_the_ratio_and_the_lens_writes_the_selection(runs):
+    """V1 trainer: the autopilot's ratio of each step is the one the selection used (its budget), and the lens
+    wrote exactly that many tokens, decoded, at valid positions."""
+    run = runs("v1_autopilot_lens")
+    all_finite(run)
+    rows = lens_rows(run)
+    for step in (1, 2):
+        ratio = run.metric(step, "entropy_control/ratio")
+        assert 0.001 <= ratio <= 0.5 and run.metric(step, "entropy_control/target") == 3.0
+        assert run.metric(step, "entropy_control/entropy") == pytest.approx(run.metric(step, "actor/entropy"), rel=1e-5)
+        frac = run.metric(step, "actor/clip_cov/batch_selected_frac")
+        assert frac == pytest.approx(budget(run, step, ratio), rel=1e-6)
+        tokens = round(run.metric(step, "response_length/mean") * PROMPTS * N)
+        assert len(rows[step]) == round(frac * tokens)
+        assert all(0 <= r["position"] < LENGTH and r["token"] and 0 < r["prob"] <= 1 for r in rows[step])
+    # the ratio responds to the error: entropy below the target raises it from the loss's ratio
+    first = run.metric(1, "entropy_control/error")
+    assert (run.metric(1, "entropy_control/ratio") > COV_RATIO) == (first > 0)
+
+
 # ----------------------------------------------------------------------------------------------------------
 # checkpoint and resume
 # ----------------------------------------------------------------------------------------------------------
@@ -230,13 +252,16 @@ RESUME_OVERRIDES = (
     "algorithm.adv_estimator=reinforce_plus_plus",
     "actor_rollout_ref.actor.policy_loss.clip_cov_lb=-100",
     "actor_rollout_ref.actor.policy_loss.clip_cov_ub=100",
+    *AUTOPILOT,
+    "verl_ext.token_lens.enable=true",
 )
 
 
 def test_resume_reproduces_step_two_and_its_selection(assets):
     """Save at step 1, resume with ``trainer.resume_mode=auto`` and continue to step 2: the resumed step 2 is the
     uninterrupted run's step 2, selection included (the batch-scope selection and the Clip-Cov draws depend
-    only on the batch, the step and the seed)."""
+    only on the batch, the step and the seed), and the entropy autopilot continues with the same integral and
+    ratio (its state is saved with the checkpoint)."""
     reward = [f"reward.custom_reward_function.path={assets / 'varied_reward.py'}"]
     whole = train(assets, "resume_whole", "clip_cov", *RESUME_OVERRIDES, *reward, "trainer.save_freq=1", N="1",
                   LR="1e-4")  # fmt: skip
@@ -252,5 +277,10 @@ def test_resume_reproduces_step_two_and_its_selection(assets):
     selection = [k for k in whole.steps[2] if k.startswith("actor/clip_cov/")]
     assert {"actor/clip_cov/batch_selected_frac", "actor/clip_cov/batch_cov_selected_mean"} <= set(selection)
     assert whole.metric(2, "actor/clip_cov/batch_cov_selected_mean") != 0.0
-    for key in [*selection, "critic/score/mean", "actor/entropy", "actor/pg_loss", "response_length/mean"]:
+    control = [k for k in whole.steps[2] if k.startswith("entropy_control/")]
+    assert {"entropy_control/ratio", "entropy_control/integral"} <= set(control)
+    # the integral carries step 1's error: a resumed run that lost the state would differ here
+    assert whole.metric(2, "entropy_control/integral") != pytest.approx(whole.metric(2, "entropy_control/error"))
+    for key in [*selection, *control, "critic/score/mean", "actor/entropy", "actor/pg_loss", "response_length/mean"]:
         assert resumed.metric(2, key) == whole.metric(2, key), key
+    assert lens_rows(resumed)[2] == lens_rows(whole)[2]  # the same tokens, token for token

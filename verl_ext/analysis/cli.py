@@ -22,6 +22,7 @@ from typing import Sequence
 
 import numpy as np
 
+from verl_ext.analysis.control import format_lens, format_tracking, lens_summary, tracking
 from verl_ext.analysis.entropy_law import EntropyLawFit, FitError, fit_run, paired_points
 from verl_ext.analysis.run_reader import METRIC_KEYS, Candidate, Run, RunReadError, read_runs
 
@@ -31,6 +32,7 @@ PANELS: tuple[tuple[str, str], ...] = (
     ("reward", "reward / accuracy"),
     ("selected_frac", "selected-token fraction"),
     ("kl", "KL"),
+    ("control_ratio", "entropy autopilot: selection ratio"),
 )
 
 
@@ -57,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reward-key", help="metric used as R (default: critic/score/mean, else val-core/.../mean@N)")
     p.add_argument("--csv", help="also write the per-run fit table to this CSV file")
     p.add_argument("--no-plot", action="store_true", help="only print the fits, write no PNG")
+    p.add_argument("--lens", action="append", default=[], metavar="FILE",
+                   help="summarise a token-lens file (default: every RUN.jsonl's RUN.lens.jsonl that exists)")
+    p.add_argument("--lens-top", type=int, default=15, help="token strings shown per lens file (15)")
     return p
 
 
@@ -128,6 +133,9 @@ def _draw_metric(ax, results: Sequence[Analysis], quantity: str, title: str, can
         steps, values = r.run.series(key)
         used[r.run.label] = key
         ax.plot(steps, values, color=f"C{i % 10}", marker="." if len(steps) < 30 else None, label=r.run.label)
+        target = r.run.resolve(METRIC_KEYS["entropy_target"]) if quantity == "entropy" else None
+        if target is not None:  # the entropy autopilot's target, dashed in the run's colour
+            ax.plot(*r.run.series(target), color=f"C{i % 10}", linestyle="--", label=f"{r.run.label} target")
     ax.set_title(title)
     ax.set_xlabel("step")
     if not used:
@@ -173,16 +181,20 @@ def plot(
     FigureCanvasAgg(fig)
     axes = fig.subplots(2, 3).ravel()
     overrides = {"entropy": entropy_key, "reward": reward_key}
-    for ax, (quantity, panel_title) in zip(axes, PANELS):
+    metric_axes = [*axes[:4], axes[5]]  # entropy, reward, selected fraction, KL, autopilot ratio; the law at [4]
+    for ax, (quantity, panel_title) in zip(metric_axes, PANELS):
         _draw_metric(ax, results, quantity, panel_title, candidates(quantity, overrides.get(quantity)))
-    _draw_law(axes[len(PANELS)], results)
-    for ax in axes[len(PANELS) + 1:]:
-        ax.set_axis_off()
+    _draw_law(axes[4], results)
     fig.suptitle(title or ", ".join(r.run.label for r in results))
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=100)
     return out
+
+
+def tracking_lines(results: Sequence[Analysis]) -> list[str]:
+    """A line per run that logged the entropy autopilot (:func:`verl_ext.analysis.control.tracking`)."""
+    return [format_tracking(r.run.label, record) for r in results if (record := tracking(r.run)) is not None]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -195,6 +207,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(format_table(results))
+    for line in tracking_lines(results):
+        print(line)
+    lens_files = [Path(f) for f in args.lens] or [
+        p for p in (r.run.path.with_name(r.run.path.name[: -len(".jsonl")] + ".lens.jsonl") for r in results
+                    if r.run.path.suffix == ".jsonl") if p.is_file()
+    ]  # fmt: skip
+    try:
+        for lens in lens_files:
+            print(format_lens(lens, *lens_summary(lens, args.lens_top)))
+    except RunReadError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if args.csv:
         write_csv(results, Path(args.csv))
         print(f"wrote {args.csv}")

@@ -43,6 +43,8 @@ METRIC_KEYS: dict[str, tuple[Candidate, ...]] = {
         "actor/kl_cov/batch_selected_frac",
     ),
     "kl": ("actor/ppo_kl", "actor/kl_loss", "actor/kl_clip/raw_kl"),
+    "entropy_target": ("entropy_control/target",),
+    "control_ratio": ("entropy_control/ratio",),
 }
 
 #: How many of a run's keys an error message lists.

@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from verl_ext.demo.loop import DEMO_LOSS_SETTINGS, DemoConfig, run_loss
+from verl_ext.demo.loop import AUTOPILOT_RUN, DEMO_LOSS_SETTINGS, DemoConfig, run_loss
 from verl_ext.demo.report import History, summary_table, write_csv
 from verl_ext.cpu.machine import machine_line
 
@@ -58,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompts-per-step", type=positive_int, default=DemoConfig.prompts_per_step)
     p.add_argument("--samples-per-prompt", type=positive_int, default=DemoConfig.samples_per_prompt)
     p.add_argument("--lr", type=float, default=DemoConfig.lr, help="Adam learning rate (default %(default)s)")
+    p.add_argument("--entropy-target", type=float, default=None, metavar="NATS",
+                   help=f"also run {AUTOPILOT_RUN!r}: clip_cov whose selection ratio the entropy autopilot sets to "
+                        "hold this entropy (nats per token)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (logs / CI)")
     return p  # fmt: skip
 
@@ -131,10 +134,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         cfg = DemoConfig(steps=args.steps, seed=args.seed, prompts_per_step=args.prompts_per_step,
-                         samples_per_prompt=args.samples_per_prompt, lr=args.lr)  # fmt: skip
+                         samples_per_prompt=args.samples_per_prompt, lr=args.lr,
+                         entropy_target=args.entropy_target)  # fmt: skip
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if cfg.entropy_target is not None and AUTOPILOT_RUN not in args.losses:
+        args.losses = [*args.losses, AUTOPILOT_RUN]
     quiet_libraries()
     start = time.perf_counter()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -151,6 +157,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(summary_table(history))
     print()
     print(analyze.format_table(results))
+    for line in analyze.tracking_lines(results):
+        print(f"{line} (target {cfg.entropy_target} nats per token)")
     print()
     print(f"machine: {machine}; {time.perf_counter() - start:.0f} s")
     print(f"wrote {png}, {args.out / 'metrics.csv'}, {args.out / 'runs'}/*.jsonl")

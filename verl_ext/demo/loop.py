@@ -41,6 +41,12 @@ DEMO_LOSS_SETTINGS: dict[str, dict[str, Any]] = {
 }
 """Policy-loss settings of each demo run (keys of ``actor_rollout_ref.actor.policy_loss``)."""
 
+AUTOPILOT_RUN = "autopilot"
+"""The demo run of ``clip_cov`` whose selection ratio the entropy autopilot sets (``--entropy-target``)."""
+
+AUTOPILOT_BOUNDS = (1e-3, 0.5)
+"""The ratio range the demo's autopilot may use."""
+
 
 @dataclass(frozen=True)
 class DemoConfig:
@@ -66,6 +72,8 @@ class DemoConfig:
     """Decoder layers of the tiny Qwen2."""
     loss_settings: dict[str, dict[str, Any]] = field(default_factory=lambda: dict(DEMO_LOSS_SETTINGS))
     """Policy-loss settings per loss name."""
+    entropy_target: float | None = None
+    """Target entropy (nats per token) of the ``autopilot`` run; ``None``: no such run."""
 
     def __post_init__(self) -> None:
         for name in ("steps", "prompts_per_step", "samples_per_prompt", "response_length", "mini_batch_size"):
@@ -78,6 +86,8 @@ class DemoConfig:
             raise ValueError(f"demo: mini_batch_size={self.mini_batch_size} must divide the batch of {batch} responses")
         if self.seed < 0:
             raise ValueError(f"demo: seed={self.seed} is invalid: allowed an integer >= 0")
+        if self.entropy_target is not None and not self.entropy_target > 0:
+            raise ValueError(f"demo: entropy_target={self.entropy_target!r} is invalid: allowed a number > 0")
 
 
 def actor_config(loss_mode: str, cfg: DemoConfig) -> Any:
@@ -154,15 +164,27 @@ def grpo_advantages(scores: torch.Tensor, response_mask: torch.Tensor, groups: n
     return advantages
 
 
+def autopilot(cfg: DemoConfig) -> Any:
+    """The entropy autopilot of the ``autopilot`` run: ``clip_cov`` from its demo ratio, target
+    ``cfg.entropy_target``, ratio in :data:`AUTOPILOT_BOUNDS`, the default gains."""
+    from verl_ext.trainer.entropy_control import EntropyControlConfig, EntropyController
+
+    if cfg.entropy_target is None:
+        raise ValueError(f"demo: the {AUTOPILOT_RUN!r} run needs an entropy target (--entropy-target)")
+    low, high = AUTOPILOT_BOUNDS
+    control = EntropyControlConfig(enable=True, target=cfg.entropy_target, ratio_min=low, ratio_max=high)
+    return EntropyController(control, cfg.loss_settings["clip_cov"]["clip_cov_ratio"], total_steps=cfg.steps)
+
+
 def run_loss(
-    loss_mode: str,
+    name: str,
     model_path: str,
     cfg: DemoConfig,
     log: Callable[[dict[str, float], int], None],
     on_step: Callable[[], None] | None = None,
 ) -> None:
-    """Train one policy from ``model_path`` with ``loss_mode`` for ``cfg.steps`` steps; ``log(metrics, step)``
-    receives every step's metrics (verl's names)."""
+    """Train one policy from ``model_path`` with the loss ``name`` (or ``autopilot``: ``clip_cov`` with the entropy
+    autopilot) for ``cfg.steps`` steps; ``log(metrics, step)`` receives every step's metrics (verl's names)."""
     from transformers import AutoTokenizer
     from verl.trainer.ppo.core_algos import agg_loss
     from verl.utils.metric import reduce_metrics
@@ -178,6 +200,8 @@ def run_loss(
         selection_step,
     )
 
+    controller = autopilot(cfg) if name == AUTOPILOT_RUN else None
+    loss_mode = "clip_cov" if controller is not None else name
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     config = actor_config(loss_mode, cfg)
     actor = CpuActor(model_path, config, loss_fn=ppo_loss, worker_cls=EntropyAwareTrainingWorker)
@@ -210,7 +234,11 @@ def run_loss(
         if needs_old_entropy(config):
             batch[OLD_ENTROPY] = old["entropy"]
         if needs_batch_selection(config):
-            add_cov_selected(batch, config, selection_step(step), metrics)
+            ratio = None
+            if controller is not None:  # this batch's entropy sets this step's ratio, as in verl_ext's trainers
+                ratio, control_metrics = controller.update(step, metrics["actor/entropy"])
+                metrics.update(control_metrics)
+            add_cov_selected(batch, config, selection_step(step), metrics, ratio)
         update = actor.update(batch)
         metrics.update({k if k.startswith("actor/") else f"actor/{k}": float(v) for k, v in reduce_metrics(update).items()})
         sampler.load(actor.parameters_snapshot())
@@ -220,4 +248,5 @@ def run_loss(
             on_step()
 
 
-__all__ = ["DEMO_LOSS_SETTINGS", "DemoConfig", "Sampler", "actor_config", "grpo_advantages", "run_loss"]
+__all__ = ["AUTOPILOT_RUN", "DEMO_LOSS_SETTINGS", "DemoConfig", "Sampler", "actor_config", "autopilot",
+           "grpo_advantages", "run_loss"]

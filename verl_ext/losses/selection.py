@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from verl_ext.config import policy_loss_params
+from verl_ext.config import check_policy_loss_params, policy_loss_params
 
 logger = logging.getLogger(__name__)
 _FALLBACK_NOTED: set[str] = set()
@@ -155,6 +155,11 @@ def selection_metrics(prefix: str, selected: torch.Tensor, cov: torch.Tensor, ma
     }
 
 
+def _checked_ratio(key: str, ratio: float) -> float:
+    check_policy_loss_params({key: ratio})
+    return float(ratio)
+
+
 def select_tokens_for_batch(
     loss_mode: str,
     advantages: torch.Tensor,
@@ -163,6 +168,7 @@ def select_tokens_for_batch(
     config: Any,
     step: int = 0,
     metrics: dict | None = None,
+    ratio: float | None = None,
 ) -> torch.Tensor:
     """Batch-scope selection for ``clip_cov`` / ``kl_cov`` over a whole training batch.
 
@@ -178,6 +184,8 @@ def select_tokens_for_batch(
         step: the global training step, mixed into the seed so that each step draws fresh tokens.
         metrics: if given, receives ``actor/<loss>/selected_frac``, ``cov_selected_mean``, ``cov_selected_max``
             of the batch as 0-d tensors.
+        ratio: the selection ratio to use instead of the configured ``clip_cov_ratio`` / ``kl_cov_ratio`` (the
+            entropy autopilot's); validated like them.
 
     Returns:
         Bool tensor shaped like ``old_log_prob``: the selected tokens.
@@ -185,10 +193,12 @@ def select_tokens_for_batch(
     mask = response_mask.bool()
     cov = token_covariance(advantages, old_log_prob, mask)
     if loss_mode == "clip_cov":
-        ratio, lb, ub, seed = policy_loss_params(config, "clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "cov_seed")
+        configured, lb, ub, seed = policy_loss_params(config, "clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "cov_seed")
+        ratio = configured if ratio is None else _checked_ratio("clip_cov_ratio", ratio)
         selected = clip_cov_select(cov, mask, mask, old_log_prob, ratio, lb, ub, seed + 1_000_003 * step)
     elif loss_mode == "kl_cov":
-        (ratio,) = policy_loss_params(config, "kl_cov_ratio")
+        (configured,) = policy_loss_params(config, "kl_cov_ratio")
+        ratio = configured if ratio is None else _checked_ratio("kl_cov_ratio", ratio)
         selected = kl_cov_select(cov, mask, ratio)
     else:
         raise ValueError(f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode!r}: batch-scope selection "

@@ -215,6 +215,7 @@ def summary(config: DictConfig, validated: Validated) -> str:
     if validated.facts.get("cov_selected"):
         lines.append("  selection : batch scope, computed on the driver before each actor update "
                      "(batch field cov_selected)")  # fmt: skip
+    lines += [f"  driver    : {feature}" for feature in validated.facts.get("features", [])]
     lines.append(f"  built     : {', '.join(sorted(validated.built))}")
     lines += [f"  note      : {note}" for note in validated.notes]
     return "\n".join(lines)

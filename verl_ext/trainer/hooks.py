@@ -94,8 +94,10 @@ def select_cov_tokens(
     actor_config: Any,
     step: int,
     metrics: dict | None = None,
+    ratio: float | None = None,
 ) -> torch.Tensor:
-    """Batch-scope selection on padded ``(batch, response_len)`` tensors; returns a bool mask.
+    """Batch-scope selection on padded ``(batch, response_len)`` tensors; returns a bool mask. ``ratio``
+    replaces the configured selection ratio (the entropy autopilot's).
 
     ``metrics`` (optional) receives the batch-level statistics as floats under
     ``actor/<loss>/batch_selected_frac``, ``actor/<loss>/batch_cov_selected_mean`` and
@@ -105,7 +107,7 @@ def select_cov_tokens(
     mode = loss_mode_of(actor_config)
     raw: dict[str, torch.Tensor] = {}
     selected = select_tokens_for_batch(
-        mode, advantages, old_log_probs, response_mask, actor_config, step=step, metrics=raw
+        mode, advantages, old_log_probs, response_mask, actor_config, step=step, metrics=raw, ratio=ratio
     )
     if metrics is not None:
         prefix = f"actor/{mode}/"
@@ -119,36 +121,43 @@ SELECTION_TIMER = "timing_s/verl_ext/cov_selection"
 """Metric: seconds the driver spent on the batch-scope selection of the step."""
 
 
-def add_cov_selected(batch: TensorDict | Mapping, actor_config: Any, step: int, metrics: dict | None = None) -> None:
-    """Legacy trainer: add ``cov_selected`` to a padded batch (``DataProto.batch``) in place."""
+def add_cov_selected(
+    batch: TensorDict | Mapping, actor_config: Any, step: int, metrics: dict | None = None, ratio: float | None = None
+) -> torch.Tensor:
+    """Legacy trainer: add ``cov_selected`` to a padded batch (``DataProto.batch``) in place; returns it."""
     missing = [k for k in SELECTION_INPUTS if k not in batch.keys()]
     if missing:
         raise KeyError(f"verl_ext: batch-scope covariance selection needs batch fields {missing}")
     start = time.perf_counter()
     batch[COV_SELECTED] = select_cov_tokens(
-        batch["advantages"], batch["old_log_probs"], batch["response_mask"], actor_config, step, metrics
+        batch["advantages"], batch["old_log_probs"], batch["response_mask"], actor_config, step, metrics, ratio
     )
     if metrics is not None:
         metrics[SELECTION_TIMER] = time.perf_counter() - start
+    return batch[COV_SELECTED]
 
 
-def cov_selected_nested(data: TensorDict, actor_config: Any, step: int, metrics: dict | None = None) -> TensorDict:
-    """V1 trainer: from a TransferQueue ``TensorDict`` holding the jagged ``SELECTION_INPUTS``, return a
-    ``TensorDict`` with the jagged bool field ``cov_selected`` (same layout as ``old_log_probs``)."""
+def cov_selected_nested(
+    data: TensorDict, actor_config: Any, step: int, metrics: dict | None = None, ratio: float | None = None
+) -> tuple[TensorDict, TensorDict]:
+    """V1 trainer: from a TransferQueue ``TensorDict`` holding the jagged ``SELECTION_INPUTS`` (and any other
+    fields), return a ``TensorDict`` with the jagged bool field ``cov_selected`` (same layout as
+    ``old_log_probs``), and the padded inputs with the padded ``cov_selected`` (for the token lens)."""
     missing = [k for k in SELECTION_INPUTS if k not in data.keys()]
     if missing:
         raise KeyError(f"verl_ext: batch-scope covariance selection needs batch fields {missing}")
     start = time.perf_counter()
     response_mask = data["response_mask"]
-    padded = data.select(*SELECTION_INPUTS).to_padded_tensor()
+    padded = data.to_padded_tensor()
     selected = select_cov_tokens(
-        padded["advantages"], padded["old_log_probs"], padded["response_mask"], actor_config, step, metrics
+        padded["advantages"], padded["old_log_probs"], padded["response_mask"], actor_config, step, metrics, ratio
     )
+    padded[COV_SELECTED] = selected
     if response_mask.is_nested:
         selected = response_to_nested(selected, response_mask)
     if metrics is not None:
         metrics[SELECTION_TIMER] = time.perf_counter() - start
-    return TensorDict({COV_SELECTED: selected}, batch_size=data.batch_size)
+    return TensorDict({COV_SELECTED: selected}, batch_size=data.batch_size), padded
 
 
 __all__ = [

@@ -8,6 +8,8 @@
 * ``_update_actor``: for ``clip_cov`` / ``kl_cov`` with ``cov_scope=batch`` the covariance selection is
   computed over the whole training batch and sent with it as field ``cov_selected``.
 
+* ``_save_checkpoint`` / ``_load_checkpoint``: the entropy autopilot's state goes with verl's checkpoint.
+
 :class:`VerlExtTaskRunner` is verl's legacy ``TaskRunner`` with verl_ext's actor worker and trainer.
 """
 
@@ -24,6 +26,7 @@ from verl.trainer.main_ppo_v0 import TaskRunner
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 from verl_ext.registration import ensure_registered
+from verl_ext.trainer.driver import VerlExtDriverMixin
 from verl_ext.trainer.hooks import (
     LEGACY_ENTROPY,
     add_cov_selected,
@@ -35,13 +38,16 @@ from verl_ext.trainer.hooks import (
 from verl_ext.trainer.workers import unwrap_ray_class, use_verl_ext_actor_worker
 
 
-class VerlExtRayPPOTrainer(RayPPOTrainer):
-    """verl's legacy ``RayPPOTrainer`` that sends ``old_entropy`` / ``cov_selected`` to the actor loss."""
+class VerlExtRayPPOTrainer(VerlExtDriverMixin, RayPPOTrainer):
+    """verl's legacy ``RayPPOTrainer`` that sends ``old_entropy`` / ``cov_selected`` to the actor loss, and
+    runs the entropy autopilot and the token lens (:class:`~verl_ext.trainer.driver.VerlExtDriver`)."""
 
     def _compute_old_log_prob(self, batch):
         old_log_prob, mfu = super()._compute_old_log_prob(batch)
         if needs_old_entropy(self.config.actor_rollout_ref.actor):
             keep_old_entropy(old_log_prob.batch, LEGACY_ENTROPY)
+        if self.verl_ext_driver.controller is not None:
+            self.verl_ext_driver.observe_entropy(old_log_prob.batch[LEGACY_ENTROPY], batch.batch["response_mask"])
         return old_log_prob, mfu
 
     def _update_actor(self, batch):
@@ -50,7 +56,10 @@ class VerlExtRayPPOTrainer(RayPPOTrainer):
         if needs_batch_selection(actor_config):
             # a shallow copy: the step's own batch (logged and dumped by fit()) is left as it was
             batch = dataclasses.replace(batch, batch=batch.batch.copy())
-            add_cov_selected(batch.batch, actor_config, selection_step(self.global_steps), extra_metrics)
+            driver = self.verl_ext_driver
+            ratio = driver.selection_ratio(self.global_steps, extra_metrics)
+            selected = add_cov_selected(batch.batch, actor_config, selection_step(self.global_steps), extra_metrics, ratio)
+            driver.write_lens(self.global_steps, batch.batch, selected)
         output = super()._update_actor(batch)
         output.meta_info["metrics"].update(extra_metrics)
         return output

@@ -1,12 +1,14 @@
 """verl_ext on verl's V1 trainer (``trainer.use_v1=true``, the default; needs the ``TransferQueue`` package).
 
-:class:`VerlExtV1Mixin` overrides three small methods of verl's V1 ``PPOTrainer`` and keeps its loops:
+:class:`VerlExtV1Mixin` overrides five small methods of verl's V1 ``PPOTrainer`` and keeps its loops:
 
 * ``_init_resource_pool_mgr``: the actor role runs verl_ext's worker (:mod:`verl_ext.trainer.workers`).
 * ``_compute_old_log_prob``: verl stores the old pass's entropy in the TransferQueue store as field
   ``entropy``; for ERC losses it is also stored as ``old_entropy``, the field the loss reads.
 * ``_update_actor``: for ``clip_cov`` / ``kl_cov`` with ``cov_scope=batch`` the covariance selection is
-  computed over the whole training batch and stored as field ``cov_selected``.
+  computed over the whole training batch (with the entropy autopilot's ratio when it is on) and stored as
+  field ``cov_selected``; the token lens writes the selected tokens.
+* ``_save_checkpoint`` / ``_load_checkpoint``: the autopilot's state goes with verl's checkpoint.
 
 Fields written with ``kv_batch_put`` are listed in the ``KVBatchMeta`` it returns, and the workers fetch
 exactly those fields, so the new fields reach the update's mini- and micro-batches.
@@ -32,7 +34,9 @@ from verl.trainer.ppo.v1 import trainer_base
 from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
 from verl_ext.registration import ensure_registered
+from verl_ext.trainer.driver import VerlExtDriverMixin
 from verl_ext.trainer.hooks import (
+    COV_SELECTED,
     OLD_ENTROPY,
     SELECTION_INPUTS,
     V1_ENTROPY,
@@ -45,7 +49,7 @@ from verl_ext.trainer.hooks import (
 from verl_ext.trainer.workers import use_verl_ext_actor_worker
 
 
-class VerlExtV1Mixin:
+class VerlExtV1Mixin(VerlExtDriverMixin):
     """Mixed in before a verl V1 trainer class (see :func:`make_v1_trainer`)."""
 
     def _init_resource_pool_mgr(self) -> None:
@@ -63,13 +67,22 @@ class VerlExtV1Mixin:
     def _update_actor(self, batch, metrics: dict):
         actor_config = self.config.actor_rollout_ref.actor
         if needs_batch_selection(actor_config):
-            data = tq.kv_batch_get(
-                keys=batch.keys, partition_id=batch.partition_id, select_fields=list(SELECTION_INPUTS)
-            )
+            driver = self.verl_ext_driver
+            wanted = [*SELECTION_INPUTS]
+            if driver.controller is not None:
+                wanted.append(V1_ENTROPY)
+            if driver.lens is not None:
+                wanted.append("responses")
+            data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=wanted)
+            if driver.controller is not None:
+                padded = data.select(V1_ENTROPY, "response_mask").to_padded_tensor()
+                driver.observe_entropy(padded[V1_ENTROPY], padded["response_mask"])
+            ratio = driver.selection_ratio(self.global_steps, metrics)
             step = selection_step(
                 self.global_steps, getattr(self, "local_trigger_step", 0), getattr(self, "parameter_sync_step", 1)
             )
-            fields = cov_selected_nested(data, actor_config, step, metrics)
+            fields, padded = cov_selected_nested(data, actor_config, step, metrics, ratio)
+            driver.write_lens(self.global_steps, padded, padded[COV_SELECTED])
             batch = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=fields)
         return super()._update_actor(batch, metrics)
 

@@ -13,7 +13,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
 
-from verl_ext.config import PolicyLossConfig
+from verl_ext.config import ConfigError, PolicyLossConfig
 from verl_ext.losses import ERC_LOSSES
 from verl_ext.trainer.hooks import needs_batch_selection, needs_old_entropy
 
@@ -30,15 +30,6 @@ V1_REQUIREMENTS_HINT = (
     "which brings pyzmq and msgspec) and cachetools: `pip install TransferQueue==0.1.10 cachetools`, "
     "or use the legacy trainer with trainer.use_v1=false"
 )
-
-
-class ConfigError(ValueError):
-    """An invalid config value: ``key`` is the full dotted key, ``message`` says what is allowed."""
-
-    def __init__(self, key: str, message: str):
-        super().__init__(f"{key}: {message}")
-        self.key = key
-        self.message = message
 
 
 def _select(config: DictConfig, key: str, default: Any = None) -> Any:
@@ -167,6 +158,49 @@ def check_platform(config: DictConfig) -> str:
     return f"CPU mode ({cpu_mode.ENV_VAR}=cpu: FSDP2 on gloo, vLLM's CPU engine, configs/platform/cpu.yaml)"
 
 
+def check_driver_features(config: DictConfig) -> list[str]:
+    """The entropy autopilot and the token lens: valid keys, and a loss they can act on (``clip_cov`` /
+    ``kl_cov`` with ``cov_scope=batch``: both work on the driver's batch-scope selection). Returns
+    descriptions of the enabled ones for the dry-run summary."""
+    from verl_ext.trainer.entropy_control import EntropyControlConfig
+    from verl_ext.trainer.token_lens import TokenLensConfig
+
+    described = []
+    for key, cls in (("entropy_control", EntropyControlConfig), ("token_lens", TokenLensConfig)):
+        node = _select(config, f"verl_ext.{key}")
+        feature = cls.from_mapping(OmegaConf.to_container(node, resolve=True) if node is not None else {})
+        if not feature.enable:
+            continue
+        actor = _select(config, ACTOR)
+        mode = _select(config, f"{POLICY_LOSS}.loss_mode", "vanilla")
+        if not needs_batch_selection(actor):
+            scope = _select(config, f"{POLICY_LOSS}.cov_scope", "batch")
+            raise ConfigError(f"verl_ext.{key}.enable", f"true needs {POLICY_LOSS}.loss_mode clip_cov or kl_cov with "
+                              f"cov_scope=batch (it acts on the driver's batch-scope selection); got loss_mode={mode}, "
+                              f"cov_scope={scope}")  # fmt: skip
+        if key == "entropy_control":
+            if feature.schedule != "constant" and feature.schedule_steps is None:
+                total = _select(config, "trainer.total_training_steps")
+                if not isinstance(total, int) or total < 1:
+                    raise ConfigError("verl_ext.entropy_control.schedule_steps", f"is null and trainer.total_training_"
+                                      f"steps={total!r}: a {feature.schedule} schedule needs a length")  # fmt: skip
+            if feature.ratio_init is None:
+                from verl_ext.trainer.driver import RATIO_KEYS
+
+                ratio = _select(config, f"{POLICY_LOSS}.{RATIO_KEYS[mode]}")
+                if ratio is not None and not feature.ratio_min <= ratio <= feature.ratio_max:
+                    raise ConfigError("verl_ext.entropy_control.ratio_init", f"is null, so the autopilot starts from "
+                                      f"{POLICY_LOSS}.{RATIO_KEYS[mode]}={ratio}, outside [ratio_min, ratio_max] = "
+                                      f"[{feature.ratio_min}, {feature.ratio_max}]: set ratio_init or widen the bounds")  # fmt: skip
+            target = f"{feature.target}" if feature.schedule == "constant" else (
+                f"{feature.schedule} {feature.target} -> {feature.target_end}")
+            described.append(f"entropy autopilot: target {target} nats/token, ratio in [{feature.ratio_min}, "
+                             f"{feature.ratio_max}], kp={feature.kp} ki={feature.ki}")  # fmt: skip
+        else:
+            described.append(f"token lens: every {feature.every_n_steps} step(s), {feature.context_tokens} tokens of context")
+    return described
+
+
 def check_verl_ext(config: DictConfig, actor: Any | None = None) -> dict[str, Any]:
     """All of verl_ext's config-time checks. ``actor`` is the built actor dataclass, if available.
 
@@ -181,11 +215,13 @@ def check_verl_ext(config: DictConfig, actor: Any | None = None) -> dict[str, An
     check_group_size(config)
     trainer = check_trainer(config)
     platform = check_platform(config)
+    features = check_driver_features(config)
     actor_node = _select(config, ACTOR)
     return {
         "loss_mode": mode,
         "trainer": trainer,
         "platform": platform,
+        "features": features,
         "old_entropy": needs_old_entropy(actor_node),
         "cov_selected": needs_batch_selection(actor_node),
     }
@@ -194,6 +230,7 @@ def check_verl_ext(config: DictConfig, actor: Any | None = None) -> dict[str, An
 __all__ = [
     "ConfigError",
     "check_actor_classes",
+    "check_driver_features",
     "check_entropy_source",
     "check_group_size",
     "check_kl_clip",

@@ -1,0 +1,27 @@
+"""Run ``recipe/cpu_tiny.sh`` once and read its per-step metrics: shared by the benchmarks that train (trainer
+overhead, entropy autopilot)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_recipe(work: Path, exp: str, args: list[str], timeout: int = 3600, **variables: str) -> list[dict[str, Any]]:
+    """Train ``recipe/cpu_tiny.sh ARGS`` with the recipe ``variables`` (``LOSS``, ``STEPS``, ...) as experiment
+    ``exp``, logging to ``work/<exp>.jsonl``; returns the metrics of each step in order. Raises on failure."""
+    log = work / f"{exp}.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RAY_"))}
+    env.update(EXP_NAME=exp, VERL_FILE_LOGGER_PATH=str(log), PYTHON=sys.executable, **variables)
+    proc = subprocess.run(["bash", str(REPO / "recipe" / "cpu_tiny.sh"), *args], env=env, cwd=work,
+                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    if proc.returncode != 0:
+        raise RuntimeError(f"{exp} failed:\n{(proc.stdout + proc.stderr)[-5000:]}")
+    rows = sorted(map(json.loads, log.read_text().splitlines()), key=lambda row: row["step"])
+    return [row["data"] for row in rows]

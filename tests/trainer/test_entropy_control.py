@@ -1,0 +1,198 @@
+"""The entropy autopilot: schedule values, the PI law on a synthetic plant, saturation and anti-windup, state round
+trip, config errors; then wired into the legacy trainer (no Ray): its ratio reaches the selection, its metrics the
+step, its state the checkpoint; and the token lens writes exactly the selected tokens."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from verl_ext.config import ConfigError
+from verl_ext.trainer.entropy_control import EntropyControlConfig, EntropyController, target_at
+
+
+def plant(entropy: float, ratio: float, decay: float = 0.1, gain: float = 2.0) -> float:
+    """A synthetic policy: entropy decays towards 0 (collapse) and the selection ratio pushes it up;
+    its fixed point for ratio r is gain * r / decay, so holding H* needs r* = decay * H* / gain."""
+    return entropy - decay * entropy + gain * ratio
+
+
+def run(controller: EntropyController, steps: int, entropy: float = 3.0, **plant_kwargs) -> list[dict]:
+    history = []
+    for step in range(1, steps + 1):
+        ratio, metrics = controller.update(step, entropy)
+        history.append({**metrics, "measured": entropy})
+        entropy = plant(entropy, ratio, **plant_kwargs)
+    return history
+
+
+# ----------------------------------------------------------------------------------------------------------
+# schedule
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_schedule_values():
+    constant = EntropyControlConfig(target=1.5)
+    assert target_at(constant, 1) == target_at(constant, 1000) == 1.5
+    linear = EntropyControlConfig(target=2.0, schedule="linear", target_end=1.0, schedule_steps=11)
+    assert [target_at(linear, s) for s in (1, 6, 11, 50)] == pytest.approx([2.0, 1.5, 1.0, 1.0])
+    cosine = EntropyControlConfig(target=2.0, schedule="cosine", target_end=1.0)
+    assert target_at(cosine, 1, total_steps=11) == pytest.approx(2.0)
+    assert target_at(cosine, 6, total_steps=11) == pytest.approx(1.5)  # halfway
+    assert target_at(cosine, 3, total_steps=11) == pytest.approx(1.0 + 0.5 * (1 + math.cos(math.pi * 0.2)))
+    assert target_at(cosine, 11, total_steps=11) == pytest.approx(1.0)
+    with pytest.raises(ConfigError, match="schedule_steps"):
+        target_at(cosine, 3)  # no length known
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the law
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_step_response_holds_the_target_on_a_synthetic_plant():
+    """Entropy starts at 3 and would collapse to gain*r0/decay = 0.2; the autopilot holds it at 1.0 (r* = 0.05)."""
+    cfg = EntropyControlConfig(enable=True, target=1.0, ratio_min=1e-4, ratio_max=0.5, kp=1.0, ki=0.3)
+    history = run(EntropyController(cfg, ratio_init=0.01), steps=80)
+    late = history[-20:]
+    assert max(abs(h["measured"] - 1.0) for h in late) < 0.02
+    assert late[-1]["entropy_control/ratio"] == pytest.approx(0.05, rel=0.03)
+    assert not any(h["entropy_control/saturated"] for h in late)
+    fixed = run(EntropyController(EntropyControlConfig(enable=True, target=1.0, kp=0.0, ki=0.0), 0.01), steps=80)
+    assert fixed[-1]["measured"] == pytest.approx(0.2, rel=0.05)  # without control: the plant's own level
+
+
+def test_saturation_and_anti_windup():
+    """Unreachable target: the ratio sits on ratio_max and the integral stops growing; when the target becomes
+    reachable again the ratio leaves the bound at once instead of unwinding an accumulated integral."""
+    cfg = EntropyControlConfig(enable=True, target=5.0, ratio_min=1e-4, ratio_max=0.1, kp=1.0, ki=0.3)
+    controller = EntropyController(cfg, ratio_init=0.01)
+    history = run(controller, steps=40)
+    assert all(h["entropy_control/saturated"] == 1.0 for h in history[10:])
+    assert history[-1]["entropy_control/ratio"] == pytest.approx(0.1)
+    frozen = [h["entropy_control/integral"] for h in history[10:]]
+    assert max(frozen) - min(frozen) < 1e-12
+    controller.config = EntropyControlConfig(enable=True, target=0.5, ratio_min=1e-4, ratio_max=0.1, kp=1.0, ki=0.3)
+    ratio, metrics = controller.update(41, history[-1]["measured"])
+    assert ratio < 0.1 and metrics["entropy_control/saturated"] == 0.0
+
+
+def test_state_round_trip_continues_identically():
+    cfg = EntropyControlConfig(enable=True, target=1.2, ratio_max=0.3)
+    whole = EntropyController(cfg, 0.02)
+    run(whole, steps=10)
+    resumed = EntropyController(cfg, 0.02)
+    resumed.load_state_dict(json.loads(json.dumps(whole.state_dict())))
+    assert whole.update(11, 0.9) == resumed.update(11, 0.9)
+
+
+@pytest.mark.parametrize(
+    ("values", "key", "words"),
+    [
+        ({"target": 0.0}, "target", "number > 0"),
+        ({"schedule": "exp"}, "schedule", "['constant', 'linear', 'cosine']"),
+        ({"target_end": 0.5}, "target_end", "schedule=constant ignores it"),
+        ({"schedule": "linear"}, "target_end", "is null but schedule=linear"),
+        ({"ratio_min": 0.3, "ratio_max": 0.2}, "ratio_min", "0 < ratio_min < ratio_max <= 1"),
+        ({"ratio_init": 0.9}, "ratio_init", "[ratio_min, ratio_max]"),
+        ({"kp": -1}, "kp", ">= 0"),
+        ({"schedule_steps": 0}, "schedule_steps", "integer >= 1"),
+        ({"gain": 1.0}, "gain", "is not a key of verl_ext.entropy_control"),
+    ],
+)
+def test_bad_values_name_the_key(values, key, words):
+    with pytest.raises(ConfigError) as info:
+        EntropyControlConfig.from_mapping(values)
+    assert info.value.key == f"verl_ext.entropy_control.{key}" and words in info.value.message
+
+
+# ----------------------------------------------------------------------------------------------------------
+# in the legacy trainer (no Ray)
+# ----------------------------------------------------------------------------------------------------------
+
+from _trainer_fakes import RESPONSE_LENS, legacy_batch, legacy_trainer  # noqa: E402
+
+AUTOPILOT = ["policy_loss@actor_rollout_ref.actor.policy_loss=kl_cov", "actor_rollout_ref.actor.policy_loss.kl_cov_ratio=0.1",
+             "verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.target=50.0",
+             "verl_ext.entropy_control.ratio_max=0.5"]  # fmt: skip
+
+
+def test_validation_names_the_key_of_an_unsupported_setting(compose):
+    from verl_ext.trainer.validation import ConfigError, check_driver_features
+
+    for overrides, key in (
+        (["actor_rollout_ref.actor.policy_loss.loss_mode=grpo_erc", "verl_ext.entropy_control.enable=true"],
+         "verl_ext.entropy_control.enable"),
+        ([*AUTOPILOT, "actor_rollout_ref.actor.policy_loss.cov_scope=micro"], "verl_ext.entropy_control.enable"),
+        (["actor_rollout_ref.actor.policy_loss.loss_mode=vanilla", "verl_ext.token_lens.enable=true"],
+         "verl_ext.token_lens.enable"),
+        ([*AUTOPILOT, "verl_ext.entropy_control.ratio_min=0.2"], "verl_ext.entropy_control.ratio_init"),
+        ([*AUTOPILOT, "verl_ext.entropy_control.schedule=cosine", "verl_ext.entropy_control.target_end=1.0"],
+         "verl_ext.entropy_control.schedule_steps"),
+        (["verl_ext.token_lens.every_n_steps=0"], "verl_ext.token_lens.every_n_steps"),
+    ):  # fmt: skip
+        with pytest.raises(ConfigError) as info:
+            check_driver_features(compose("trainer.use_v1=false", *overrides))
+        assert info.value.key == key, (overrides, info.value)
+
+
+def _entropys(batch) -> torch.Tensor:
+    """What the fake worker's old-log-prob pass returns: 0.5 nats on every token (the trainer sees the padded form)."""
+    return torch.full(batch.batch["response_mask"].shape, 0.5) * batch.batch["response_mask"]
+
+
+def test_autopilot_sets_the_selection_ratio_and_its_state_goes_with_the_checkpoint(compose, tmp_path):
+    trainer = legacy_trainer(compose, *AUTOPILOT, f"trainer.default_local_dir={tmp_path}")
+    batch = legacy_batch()
+    trainer.verl_ext_driver.observe_entropy(_entropys(batch), batch.batch["response_mask"])
+    metrics = trainer._update_actor(batch).meta_info["metrics"]
+    # entropy 0.5 far below the target 50: the ratio goes up from kl_cov_ratio, and the selection follows it
+    ratio = metrics["entropy_control/ratio"]
+    assert ratio > 0.1 and metrics["entropy_control/target"] == 50.0 and metrics["entropy_control/entropy"] == 0.5
+    assert metrics["entropy_control/error"] == pytest.approx(math.log(50.0 / 0.5))
+    selected = int(trainer.actor_rollout_wg.updates[-1]["cov_selected"].sum())
+    assert selected == max(1, math.floor(ratio * sum(RESPONSE_LENS)))
+    assert metrics["actor/kl_cov/batch_selected_frac"] == pytest.approx(selected / sum(RESPONSE_LENS))
+    saved = trainer.verl_ext_driver.save(trainer.global_steps)
+    assert saved == tmp_path / "global_step_3" / "verl_ext_driver.json"
+    resumed = legacy_trainer(compose, *AUTOPILOT, f"trainer.default_local_dir={tmp_path}")
+    assert resumed.verl_ext_driver.load(3)
+    assert resumed.verl_ext_driver.controller.state_dict() == trainer.verl_ext_driver.controller.state_dict()
+
+
+def test_autopilot_without_an_observed_entropy_fails_clearly(compose):
+    trainer = legacy_trainer(compose, *AUTOPILOT)
+    with pytest.raises(RuntimeError, match="no entropy observed"):
+        trainer._update_actor(legacy_batch())
+
+
+def test_token_lens_writes_exactly_the_selected_tokens(compose, tmp_path):
+    from transformers import PreTrainedTokenizerFast  # noqa: F401  (any tokenizer with decode works)
+
+    class Tokenizer:
+        def decode(self, ids):
+            return " ".join(f"t{i}" for i in ids)
+
+    lens_file = tmp_path / "run.lens.jsonl"
+    trainer = legacy_trainer(compose, "policy_loss@actor_rollout_ref.actor.policy_loss=clip_cov",
+                             "actor_rollout_ref.actor.policy_loss.clip_cov_ratio=0.3",
+                             "actor_rollout_ref.actor.policy_loss.clip_cov_lb=-100",
+                             "actor_rollout_ref.actor.policy_loss.clip_cov_ub=100", "verl_ext.token_lens.enable=true",
+                             "verl_ext.token_lens.context_tokens=2", f"verl_ext.token_lens.path={lens_file}")  # fmt: skip
+    trainer.tokenizer = Tokenizer()
+    batch = legacy_batch()
+    trainer._update_actor(batch)
+    selected = trainer.actor_rollout_wg.updates[-1]["cov_selected"]
+    rows = [json.loads(line) for line in lens_file.read_text().splitlines()]
+    assert len(rows) == int(selected.sum()) == int(0.3 * sum(RESPONSE_LENS))
+    assert {(r["sample"], r["position"]) for r in rows} == {tuple(x) for x in selected.nonzero().tolist()}
+    responses = batch.batch["responses"]
+    for row in rows:
+        s, p = row["sample"], row["position"]
+        assert row["step"] == 3 and row["token_id"] == int(responses[s, p]) and row["token"] == f"t{row['token_id']}"
+        assert row["context"] == " ".join(f"t{i}" for i in responses[s, max(0, p - 2):p].tolist())
+        assert row["advantage"] == pytest.approx(float(batch.batch["advantages"][s, p]))
+        assert row["prob"] == pytest.approx(math.exp(float(batch.batch["old_log_probs"][s, p])))

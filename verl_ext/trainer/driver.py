@@ -1,0 +1,151 @@
+"""Driver-side state of a verl_ext trainer: the entropy autopilot and the token lens, and their checkpoint file.
+
+One :class:`VerlExtDriver` per trainer (both the V1 and the legacy trainer hold one). Each step:
+
+1. after the old-log-prob pass, :meth:`observe_entropy` records the batch's mean per-token entropy;
+2. before the batch-scope selection, :meth:`selection_ratio` returns the autopilot's ratio for the step (``None``
+   without the autopilot: the loss's configured ratio applies) and adds ``entropy_control/*`` to the metrics;
+3. after it, :meth:`write_lens` writes the selected tokens when the lens is due.
+
+:meth:`save` / :meth:`load` keep the autopilot's state in ``global_step_<N>/verl_ext_driver.json`` next to
+verl's own checkpoint, so that a resumed run continues with the same ratio and integral.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+from omegaconf import OmegaConf
+
+from verl_ext.config import config_value, loss_mode_of, policy_loss_params
+from verl_ext.losses.selection import token_covariance
+from verl_ext.trainer.entropy_control import EntropyControlConfig, EntropyController
+from verl_ext.trainer.token_lens import TokenLens, TokenLensConfig, lens_path
+
+logger = logging.getLogger(__name__)
+
+STATE_FILE = "verl_ext_driver.json"
+RATIO_KEYS = {"clip_cov": "clip_cov_ratio", "kl_cov": "kl_cov_ratio"}
+"""The policy-loss key whose value the autopilot replaces, per loss."""
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
+    """Mean of ``values`` over ``mask`` (float64 accumulation); the per-token entropy the autopilot tracks."""
+    mask = mask.bool()
+    return float(values.detach().to(torch.float64)[mask].sum() / mask.sum().clamp(min=1))
+
+
+def checkpoint_folder(config: Any, global_steps: int) -> Path:
+    """``global_step_<N>`` of the run, as verl's trainers resolve it (``resume_from_path`` in resume_path mode)."""
+    trainer = config.trainer
+    if config_value(trainer, "resume_mode") == "resume_path" and config_value(trainer, "resume_from_path"):
+        folder = Path(trainer.resume_from_path)
+    else:
+        folder = Path(trainer.default_local_dir) / f"global_step_{global_steps}"
+    return folder if folder.is_absolute() else Path(os.getcwd()) / folder
+
+
+class VerlExtDriver:
+    """The autopilot (:class:`~verl_ext.trainer.entropy_control.EntropyController`) and the lens
+    (:class:`~verl_ext.trainer.token_lens.TokenLens`) of one trainer, each present only when enabled."""
+
+    def __init__(self, config: Any, tokenizer: Any = None):
+        self.config = config
+        actor = config.actor_rollout_ref.actor
+        control = EntropyControlConfig.from_mapping(_node(config, "verl_ext.entropy_control"))
+        self.controller: EntropyController | None = None
+        if control.enable:
+            (configured,) = policy_loss_params(actor, RATIO_KEYS[loss_mode_of(actor)])
+            total = config_value(config.trainer, "total_training_steps")
+            self.controller = EntropyController(control, control.ratio_init or configured, total_steps=total)
+        lens = TokenLensConfig.from_mapping(_node(config, "verl_ext.token_lens"))
+        self.lens: TokenLens | None = None
+        if lens.enable:
+            loggers = config_value(config.trainer, "logger", []) or []
+            loggers = [loggers] if isinstance(loggers, str) else list(loggers)
+            path = lens_path(lens, config.trainer.project_name, config.trainer.experiment_name)
+            self.lens = TokenLens(lens, path, tokenizer, use_wandb="wandb" in loggers)
+        self.entropy: float | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.controller is not None or self.lens is not None
+
+    def observe_entropy(self, entropy: torch.Tensor, response_mask: torch.Tensor) -> None:
+        """The old-log-prob pass's per-token entropy of this step's batch (padded tensors)."""
+        self.entropy = masked_mean(entropy, response_mask)
+
+    def selection_ratio(self, global_step: int, metrics: dict) -> float | None:
+        """The autopilot's ratio for ``global_step`` (``None`` without autopilot); adds its metrics."""
+        if self.controller is None:
+            return None
+        if self.entropy is None:
+            raise RuntimeError("verl_ext entropy autopilot: no entropy observed for this step's batch (the "
+                               "old-log-prob pass must run; rollout_correction.bypass_mode skips it)")  # fmt: skip
+        ratio, control_metrics = self.controller.update(global_step, self.entropy)
+        metrics.update(control_metrics)
+        self.entropy = None
+        return ratio
+
+    def write_lens(self, global_step: int, batch: Mapping[str, torch.Tensor], selected: torch.Tensor) -> int:
+        """Write the selected tokens of a padded batch (``responses``, ``advantages``, ``old_log_probs``,
+        ``response_mask``) when the lens is due at ``global_step``; returns how many were written."""
+        if self.lens is None or not self.lens.due(global_step):
+            return 0
+        if "responses" not in batch.keys():
+            raise KeyError("verl_ext token lens: the batch has no 'responses' field to decode")
+        cov = token_covariance(batch["advantages"], batch["old_log_probs"], batch["response_mask"].bool())
+        return self.lens.write(global_step, responses=batch["responses"], selected=selected, covariance=cov,
+                               advantages=batch["advantages"], old_log_probs=batch["old_log_probs"])  # fmt: skip
+
+    def save(self, global_steps: int) -> Path | None:
+        """Write the autopilot's state next to verl's checkpoint of ``global_steps``."""
+        if self.controller is None:
+            return None
+        path = checkpoint_folder(self.config, global_steps) / STATE_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"entropy_control": self.controller.state_dict()}))
+        return path
+
+    def load(self, global_steps: int) -> bool:
+        """Restore the autopilot's state saved at ``global_steps`` (0: a fresh run, nothing to load)."""
+        if self.controller is None or global_steps <= 0:
+            return False
+        path = checkpoint_folder(self.config, global_steps) / STATE_FILE
+        if not path.exists():
+            logger.warning("verl_ext entropy autopilot: %s not found; the autopilot starts from its initial state", path)
+            return False
+        self.controller.load_state_dict(json.loads(path.read_text())["entropy_control"])
+        return True
+
+
+class VerlExtDriverMixin:
+    """For a verl trainer class (V1 or legacy): its :class:`VerlExtDriver`, and the driver's state saved and loaded
+    with verl's checkpoints."""
+
+    @functools.cached_property
+    def verl_ext_driver(self) -> VerlExtDriver:
+        return VerlExtDriver(self.config, getattr(self, "tokenizer", None))  # type: ignore[attr-defined]
+
+    def _save_checkpoint(self):
+        super()._save_checkpoint()  # type: ignore[misc]
+        self.verl_ext_driver.save(self.global_steps)  # type: ignore[attr-defined]
+
+    def _load_checkpoint(self):
+        result = super()._load_checkpoint()  # type: ignore[misc]
+        self.verl_ext_driver.load(self.global_steps)  # type: ignore[attr-defined]
+        return result
+
+
+def _node(config: Any, key: str) -> Any:
+    node = OmegaConf.select(config, key, default=None) if OmegaConf.is_config(config) else None
+    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else (node or {})
+
+
+__all__ = ["STATE_FILE", "VerlExtDriver", "VerlExtDriverMixin", "checkpoint_folder", "masked_mean"]
