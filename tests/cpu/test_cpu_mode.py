@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -360,3 +361,35 @@ def test_local_ray_listens_on_loopback_only():
     out = last_json(python(_RAY_LOCAL.format(workaround=True)))
     assert out["node"] == "127.0.0.1"
     assert out["listening"] and set(out["listening"]) <= {"127.0.0.1", "::ffff:127.0.0.1"}, out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# workaround 6: the local cluster's token file
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_upstream_ray_writes_its_token_file_readable_by_everyone(tmp_path):
+    """ray/_private/authentication/authentication_token_setup.py:45: the default token file gets the umask's mode."""
+    out = last_json(python("""
+        import json, os, stat
+        os.umask(0o022)
+        from ray._private.authentication.authentication_token_setup import generate_and_save_token
+        generate_and_save_token()
+        path = os.path.expanduser("~/.ray/auth_token")
+        print(json.dumps({"mode": stat.S_IMODE(os.stat(path).st_mode)}))
+    """, {"HOME": str(tmp_path)}))
+    assert out["mode"] & 0o044, oct(out["mode"])
+
+
+def test_private_ray_token_file_before_ray_makes_one(tmp_path, monkeypatch):
+    from verl_ext.cpu.workarounds import private_ray_token_file
+
+    for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    path = Path(private_ray_token_file())
+    assert path == tmp_path / ".ray" / "auth_token" and (path.stat().st_mode & 0o777) == 0o600
+    token = path.read_text()
+    assert len(token) == 64 and private_ray_token_file() == str(path) and path.read_text() == token  # kept
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    assert private_ray_token_file() is None  # the user chose
