@@ -70,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--work", type=Path, default=None)
     args = parser.parse_args(argv)
+    if args.steps < 2 or not args.target > 0:
+        parser.error(f"--steps {args.steps} / --target {args.target}: allowed --steps >= 2 (the gap is taken over "
+                     "the second half) and --target > 0 (nats per token)")  # fmt: skip
     work = args.work or Path(tempfile.mkdtemp(prefix="verl_ext_autopilot_"))
     work.mkdir(parents=True, exist_ok=True)
     results = []

@@ -4,6 +4,7 @@
 | --- | --- |
 | ``run_reader`` | verl's file-logger JSONL and TensorBoard logs -> per-run metric series |
 | ``entropy_law`` | the entropy-performance law ``R = -a exp(H) + b`` of Cui et al.: fit and ceiling |
+| ``control`` | the entropy autopilot's tracking in a run; the token lens's file (name, summary) |
 | ``cli`` | the command: tables, CSV, plots |
 
 May import: numpy, matplotlib, tensorboard's reader; nothing else of verl_ext (it reads logs, not models).

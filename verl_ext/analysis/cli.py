@@ -22,7 +22,7 @@ from typing import Sequence
 
 import numpy as np
 
-from verl_ext.analysis.control import format_lens, format_tracking, lens_summary, tracking
+from verl_ext.analysis.control import format_lens, format_tracking, lens_file_for, lens_summary, tracking
 from verl_ext.analysis.entropy_law import EntropyLawFit, FitError, fit_run, paired_points
 from verl_ext.analysis.run_reader import METRIC_KEYS, Candidate, Run, RunReadError, read_runs
 
@@ -210,8 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for line in tracking_lines(results):
         print(line)
     lens_files = [Path(f) for f in args.lens] or [
-        p for p in (r.run.path.with_name(r.run.path.name[: -len(".jsonl")] + ".lens.jsonl") for r in results
-                    if r.run.path.suffix == ".jsonl") if p.is_file()
+        p for p in (lens_file_for(r.run.path) for r in results if r.run.path.suffix == ".jsonl") if p.is_file()
     ]  # fmt: skip
     try:
         for lens in lens_files:

@@ -17,6 +17,9 @@ import numpy as np
 
 from verl_ext.analysis.run_reader import Run, RunReadError
 
+LENS_SUFFIX = ".lens.jsonl"
+"""The token lens writes next to verl's file log: ``<run>.jsonl`` -> ``<run>.lens.jsonl``."""
+
 TARGET_KEY = "entropy_control/target"
 ENTROPY_KEY = "entropy_control/entropy"
 RATIO_KEY = "entropy_control/ratio"
@@ -65,6 +68,14 @@ class LensRow:
     mean_covariance: float
 
 
+def lens_file_for(log: str | Path) -> Path:
+    """The token-lens file of the run logged to ``log``: ``RUN.jsonl`` -> ``RUN.lens.jsonl`` (a name without
+    ``.jsonl`` gets the suffix appended). The trainer writes there, ``verl_ext.analyze`` looks there."""
+    log = Path(log)
+    stem = log.name[: -len(".jsonl")] if log.name.endswith(".jsonl") else log.name
+    return log.with_name(stem + LENS_SUFFIX)
+
+
 def lens_summary(path: str | Path, top: int = 15) -> tuple[int, list[LensRow]]:
     """The number of selected tokens in the lens file and its ``top`` most frequent token strings."""
     path = Path(path)
@@ -99,4 +110,5 @@ def format_lens(path: str | Path, total: int, rows: list[LensRow]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["LensRow", "Tracking", "format_lens", "format_tracking", "lens_summary", "tracking"]
+__all__ = ["LENS_SUFFIX", "LensRow", "Tracking", "format_lens", "format_tracking", "lens_file_for", "lens_summary",
+           "tracking"]

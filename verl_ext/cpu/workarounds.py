@@ -1,7 +1,7 @@
 """The places where verl 0.9.1, vLLM's CPU build and Ray 2.60 need help on a CPU-only machine, one function each.
 
 CPU mode (:mod:`verl_ext.cpu.mode`) applies them; nothing here runs where CUDA is available. Each names the
-upstream file and line it covers, and ``tests/cpu/test_workarounds.py`` has, for each, a test that fails
+upstream file and line it covers, and ``tests/cpu/test_cpu_mode.py`` has, for each, a test that fails
 once the upstream code no longer needs it (so the workaround can be deleted), next to a test that it works.
 
 1. :func:`gloo_backend_for_verl_workers` - verl's worker process group backend.

@@ -2,9 +2,9 @@
 
 Prompt ``repeat <d> :``; the response is scored by the fraction of its first ``length`` tokens (up to EOS)
 that equal ``<d>`` - the same reward as :func:`verl_ext.cpu.task.compute_score`, on token ids (the demo samples
-and scores in-process, without verl's reward loop). The reward is dense enough for GRPO to learn from a randomly initialised model in a
-few dozen steps, and the optimum is a deterministic policy - exactly the regime in which the entropy
-mechanism paper observes entropy collapse under plain policy-gradient training.
+and scores in-process, without verl's reward loop). The reward is dense enough for GRPO to learn from a
+randomly initialised model in a few dozen steps, and the optimum is a deterministic policy - exactly the
+regime in which the entropy mechanism paper observes entropy collapse under plain policy-gradient training.
 """
 
 from __future__ import annotations

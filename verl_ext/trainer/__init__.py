@@ -13,7 +13,11 @@ verl_ext's batch fields, actor worker and actor loss.
 | ``workers`` | maps the actor role to verl_ext's ``ActorRolloutRefWorker`` subclass |
 | ``legacy`` | ``VerlExtRayPPOTrainer`` and ``VerlExtTaskRunner`` (``trainer.use_v1=false``) |
 | ``v1`` | ``VerlExtV1Mixin`` and ``VerlExtTaskRunnerV1`` (``trainer.use_v1=true``; needs TransferQueue) |
+| ``entropy_control`` | the entropy autopilot: its keys, the target schedule, the PI law on the selection ratio (pure) |
+| ``token_lens`` | the token lens: its keys and the JSONL / wandb writer of the selected tokens |
+| ``driver`` | both trainers' driver-side state (autopilot, lens) and its checkpoint file |
 
 Submodules are imported on demand: ``v1`` needs the ``TransferQueue`` package, ``legacy`` does not.
-May import: ``verl_ext.config``, ``losses``, ``registration`` and ``cpu`` (CPU mode's checks and switches).
+May import: ``verl_ext.config``, ``losses``, ``registration``, ``cpu`` (CPU mode's checks and switches) and
+``analysis`` (the token lens's file name).
 """

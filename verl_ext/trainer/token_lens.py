@@ -23,10 +23,10 @@ from typing import Any, ClassVar
 
 import torch
 
+from verl_ext.analysis.control import lens_file_for
 from verl_ext.config import PrefixedConfig
 
 KEY_PREFIX = "verl_ext.token_lens."
-LENS_SUFFIX = ".lens.jsonl"
 COLUMNS = ("step", "sample", "position", "token_id", "token", "context", "covariance", "advantage", "old_log_prob", "prob")
 
 
@@ -60,16 +60,12 @@ class TokenLensConfig(PrefixedConfig):
             raise TokenLensConfig.error("path", f"{self.path!r} is invalid: allowed null or a file path")
 
 
-
 def lens_path(config: TokenLensConfig, project: str, experiment: str) -> Path:
     """Where the lens file goes (see :attr:`TokenLensConfig.path`)."""
     if config.path:
         return Path(config.path).expanduser()
-    log = os.environ.get("VERL_FILE_LOGGER_PATH")
-    if log:
-        path = Path(log)
-        return path.with_name(path.name[: -len(".jsonl")] + LENS_SUFFIX if path.name.endswith(".jsonl") else path.name + LENS_SUFFIX)
-    return Path(os.environ.get("VERL_FILE_LOGGER_ROOT", ".")) / project / f"{experiment}{LENS_SUFFIX}"
+    log = os.environ.get("VERL_FILE_LOGGER_PATH")  # verl's file logger: this path, or its default below
+    return lens_file_for(log or Path(os.environ.get("VERL_FILE_LOGGER_ROOT", ".")) / project / f"{experiment}.jsonl")
 
 
 def lens_rows(
@@ -143,4 +139,4 @@ def log_wandb_table(rows: list[dict[str, Any]], step: int) -> bool:
     return True
 
 
-__all__ = ["COLUMNS", "LENS_SUFFIX", "TokenLens", "TokenLensConfig", "lens_path", "lens_rows"]
+__all__ = ["COLUMNS", "TokenLens", "TokenLensConfig", "lens_path", "lens_rows"]
