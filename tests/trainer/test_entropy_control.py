@@ -196,3 +196,20 @@ def test_token_lens_writes_exactly_the_selected_tokens(compose, tmp_path):
         assert row["context"] == " ".join(f"t{i}" for i in responses[s, max(0, p - 2):p].tolist())
         assert row["advantage"] == pytest.approx(float(batch.batch["advantages"][s, p]))
         assert row["prob"] == pytest.approx(math.exp(float(batch.batch["old_log_probs"][s, p])))
+
+
+def test_lens_file_sits_next_to_verls_file_log(tmp_path, monkeypatch):
+    """Where verl's FileLogger writes (``VERL_FILE_LOGGER_PATH``, else ``$VERL_FILE_LOGGER_ROOT/<project>/
+    <experiment>.jsonl`` with ``~`` expanded), the lens writes ``.lens.jsonl`` beside it; ``path`` overrides."""
+    from pathlib import Path
+
+    from verl_ext.trainer.token_lens import TokenLensConfig, lens_path
+
+    lens = TokenLensConfig(enable=True)
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(tmp_path / "logs" / "run.jsonl"))
+    assert lens_path(lens, "proj", "exp") == tmp_path / "logs" / "run.lens.jsonl"
+    monkeypatch.delenv("VERL_FILE_LOGGER_PATH")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("VERL_FILE_LOGGER_ROOT", "~/runs")
+    assert lens_path(lens, "proj", "exp") == tmp_path / "runs" / "proj" / "exp.lens.jsonl"
+    assert lens_path(TokenLensConfig(enable=True, path="~/mine.jsonl"), "proj", "exp") == Path(tmp_path) / "mine.jsonl"

@@ -65,7 +65,8 @@ def lens_path(config: TokenLensConfig, project: str, experiment: str) -> Path:
     if config.path:
         return Path(config.path).expanduser()
     log = os.environ.get("VERL_FILE_LOGGER_PATH")  # verl's file logger: this path, or its default below
-    return lens_file_for(log or Path(os.environ.get("VERL_FILE_LOGGER_ROOT", ".")) / project / f"{experiment}.jsonl")
+    root = Path(os.environ.get("VERL_FILE_LOGGER_ROOT", ".")).expanduser()  # verl expands ~ in the root only
+    return lens_file_for(log or root / project / f"{experiment}.jsonl")
 
 
 def lens_rows(
