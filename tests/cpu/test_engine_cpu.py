@@ -10,21 +10,17 @@ from __future__ import annotations
 import importlib.metadata
 import math
 import os
-import subprocess
-import sys
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 import torch
+from _cpu_marks import cpu_only, python
 
 from verl_ext.cpu import platform as cpu_platform
 from verl_ext.cpu.tiny_model import DEFAULT_WORDS, build_tiny_model, build_tokenizer
 
 pytestmark = [pytest.mark.engine, pytest.mark.filterwarnings("ignore:.*engine is not available:UserWarning")]
-cpu_only = pytest.mark.skipif(
-    torch.cuda.is_available(), reason="the CPU platform is never active next to a GPU (CUDA is available here)"
-)
 
 VOCAB = 142  # size of the default tiny tokenizer (checked in test_tiny_model_tokenizer_and_determinism)
 LOSSES = ["vanilla", "clip_cov", "kl_cov", "grpo_erc", "gppo_erc"]
@@ -132,8 +128,7 @@ def test_importing_cpu_platform_does_not_select_it():
         "print(pm.PlatformRegistry.get('cpu') is c.PlatformCPU, c.PlatformCPU().is_platform_available(True),"
         " pm._detect_platform_name(), pm._current_platform is None)\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != "VERL_PLATFORM"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    out = python(code)
     assert out.returncode == 0, out.stderr[-3000:]
     registered, available, detected, unresolved = out.stdout.split()[-4:]
     assert (registered, available, unresolved) == ("True", "False", "True")
@@ -150,8 +145,7 @@ def test_activate_replaces_verls_unusable_fallback_platform():
         "c.activate()\n"
         "print(type(before).__name__, before.is_available(), type(get_platform()).__name__)\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != "VERL_PLATFORM"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    out = python(code)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split()[-3:] == ["PlatformCUDA", "False", "PlatformCPU"]
     assert "replacing verl's unusable fallback platform PlatformCUDA" in out.stderr
