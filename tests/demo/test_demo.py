@@ -102,3 +102,33 @@ def test_task_reward_is_the_share_of_slots_holding_the_digit():
     mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 0, 0]])  # EOS cut the last two responses
     rewards = task.rewards(ids, mask, torch.tensor([7, 7, 7]))
     assert rewards.tolist() == [0.75, 0.5, 0.25]
+
+
+def test_entropy_target_adds_the_autopilot_run_which_follows_the_pi_law(tmp_path, capsys):
+    """``--entropy-target`` adds the ``autopilot`` run (clip_cov); its ratio each step is the documented PI law in
+    log space (defaults kp = 10, ki = 2, start at the demo's ratio 0.02, bounds [1e-3, 0.5], anti-windup),
+    recomputed here from the logged entropies, and the selection never exceeds it."""
+    from verl_ext.analysis.run_reader import read_runs
+
+    target = 3.0
+    assert run_main(tmp_path, "--steps", "3", "--losses", "vanilla", "--entropy-target", str(target)) == 0
+    printed = capsys.readouterr().out
+    assert "autopilot: entropy autopilot over the last" in printed and f"(target {target} nats per token)" in printed
+    (run,) = read_runs(str(tmp_path / "runs" / "autopilot.jsonl"))
+    steps, entropy = run.series("entropy_control/entropy")
+    assert steps.tolist() == [1, 2, 3]
+    assert run.series("entropy_control/entropy")[1].tolist() == pytest.approx(run.series("actor/entropy")[1].tolist())
+    assert run.series("entropy_control/target")[1].tolist() == [target] * 3
+
+    lo, hi, integral, expected = math.log(1e-3), math.log(0.5), 0.0, []
+    for h in entropy.tolist():
+        e = math.log(target) - math.log(h)
+        u = math.log(0.02) + 10.0 * e + 2.0 * (integral + e)
+        if not ((u > hi and e > 0) or (u < lo and e < 0)):
+            integral += e
+        expected.append(math.exp(min(max(u, lo), hi)))
+    ratio = run.series("entropy_control/ratio")[1].tolist()
+    assert ratio == pytest.approx(expected, rel=1e-9)
+    tokens = run.series("response_length/mean")[1] * 8 * 8  # 8 prompts x 8 responses
+    for r, frac, n in zip(ratio, run.series("actor/clip_cov/batch_selected_frac")[1].tolist(), tokens.tolist()):
+        assert 0.0 <= frac <= max(r, 1.0 / n) + 1e-9

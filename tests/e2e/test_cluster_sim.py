@@ -9,8 +9,9 @@ turns a requested 127.0.0.1 into the machine's interface address whenever it has
 2. ``scripts/cluster/ray_worker.sh`` joins a second raylet with its own ports, the way it joins a real head;
 3. ``scripts/cluster/check_nodes.py`` checks both nodes (verl_ext importable, losses registered);
 4. a job submitted to the Jobs API without the token, and one with a wrong token, are refused;
-5. ``recipe/cpu_tiny.sh`` trains 2 steps with ``trainer.nnodes=2 trainer.n_gpus_per_node=1``: one FSDP2 rank
-   and one vLLM server per node, the two FSDP ranks in one gloo group.
+5. ``scripts/cluster/submit.sh`` submits ``recipe/cpu_tiny.sh`` as a Ray job (authenticated with the token file),
+   which trains 2 steps with ``trainer.nnodes=2 trainer.n_gpus_per_node=1``: one FSDP2 rank and one vLLM server
+   per node, the two FSDP ranks in one gloo group.
 """
 
 from __future__ import annotations
@@ -77,10 +78,11 @@ RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH="$WORK/wrong_token" "$ray_bin" job submi
     -- echo pwned > "$WORK/wrongauth.log" 2>&1
 echo "$?" > "$WORK/wrongauth.rc"
 log train
-export RAY_ADDRESS=127.0.0.1:6390 RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH="$HOME/.ray/auth_token"
-NNODES=2 GPUS_PER_NODE=1 bash recipe/cpu_tiny.sh trainer.val_before_train=False \
-    > "$WORK/train.log" 2>&1
+# the documented way to train on a cluster: submit.sh sends the recipe as a Ray job (with the token file)
+NNODES=2 GPUS_PER_NODE=1 bash scripts/cluster/submit.sh --address http://127.0.0.1:8266 \
+    --submission-id two_nodes cpu_tiny trainer.val_before_train=False > "$WORK/train.log" 2>&1
 echo "$?" > "$WORK/train.rc"
+RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH="$HOME/.ray/auth_token" "$ray_bin" job status --address http://127.0.0.1:8266 two_nodes > "$WORK/train.status" 2>&1
 log done
 """
 
@@ -99,7 +101,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Path:
     env.update(
         REPO=str(REPO), WORK=str(work), HOME=str(home), PYTHON=sys.executable, WORK_DIR=str(assets), ASSETS="0",
         LOSS="vanilla", EXP_NAME="two_nodes", STEPS="2", PROMPTS="4", N="4", RESPONSE_LENGTH="8",
-        VERL_FILE_LOGGER_PATH=str(work / "two_nodes.jsonl"), PATH=f"{Path(sys.executable).parent}:{env['PATH']}",
+        PATH=f"{Path(sys.executable).parent}:{env['PATH']}",
     )  # fmt: skip
     proc = subprocess.run([*_unshare(), "bash", "-c", SCENARIO], env=env, capture_output=True, text=True,
                           timeout=1200)  # fmt: skip
@@ -113,7 +115,7 @@ def test_token_file_is_private_and_never_printed(cluster):
     assert token_file.is_file() and (token_file.stat().st_mode & 0o777) == 0o600
     token = token_file.read_text().strip()
     assert len(token) >= 32
-    for log in ("head.log", "worker.log", "check.log", "train.log", "scenario.log"):
+    for log in ("head.log", "worker.log", "check.log", "train.log", "train.status", "scenario.log"):
         assert token not in (cluster / log).read_text(), f"the token appears in {log}"
 
 
@@ -143,7 +145,9 @@ def test_trains_two_steps_on_two_nodes(cluster):
     rc = int((cluster / "train.rc").read_text())
     log = (cluster / "train.log").read_text()
     assert rc == 0, log[-8000:]
-    rows = [json.loads(line) for line in (cluster / "two_nodes.jsonl").read_text().splitlines()]
+    assert "Job 'two_nodes' succeeded" in (cluster / "train.status").read_text()
+    # the recipe's default run log, $WORK_DIR/$EXP_NAME.jsonl (submit.sh forwards WORK_DIR and EXP_NAME)
+    rows = [json.loads(line) for line in (cluster / "assets" / "two_nodes.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows] == [1, 2]
     assert abs(rows[-1]["data"]["training/rollout_probs_diff_max"]) < 1e-3
     assert rows[0]["data"]["actor/ppo_kl"] != 0.0
