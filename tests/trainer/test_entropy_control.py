@@ -163,6 +163,46 @@ def test_autopilot_sets_the_selection_ratio_and_its_state_goes_with_the_checkpoi
     assert resumed.verl_ext_driver.controller.state_dict() == trainer.verl_ext_driver.controller.state_dict()
 
 
+def test_resume_path_mode_loads_from_the_given_folder_and_saves_later_steps_under_default_local_dir(compose, tmp_path):
+    """``trainer.resume_mode=resume_path``: the state is read from ``resume_from_path``, but every later step is
+    saved where verl saves it (``default_local_dir/global_step_<N>``), so a later ``auto`` resume finds it."""
+    old_run, new_run = tmp_path / "old_run", tmp_path / "new_run"
+    first = legacy_trainer(compose, *AUTOPILOT, f"trainer.default_local_dir={old_run}")
+    batch = legacy_batch()
+    first.verl_ext_driver.observe_entropy(_entropys(batch), batch.batch["response_mask"])
+    first._update_actor(batch)
+    first.verl_ext_driver.save(3)
+    resume = [f"trainer.default_local_dir={new_run}", "trainer.resume_mode=resume_path",
+              f"trainer.resume_from_path={old_run / 'global_step_3'}"]  # fmt: skip
+    second = legacy_trainer(compose, *AUTOPILOT, *resume)
+    assert second.verl_ext_driver.load(3)
+    assert second.verl_ext_driver.controller.state_dict() == first.verl_ext_driver.controller.state_dict()
+    second.verl_ext_driver.observe_entropy(_entropys(batch), batch.batch["response_mask"])
+    second.global_steps = 4
+    second._update_actor(batch)
+    assert second.verl_ext_driver.save(4) == new_run / "global_step_4" / "verl_ext_driver.json"
+    assert not (old_run / "global_step_4").exists()
+    third = legacy_trainer(compose, *AUTOPILOT, f"trainer.default_local_dir={new_run}", "trainer.resume_mode=auto")
+    assert third.verl_ext_driver.load(4)
+    assert third.verl_ext_driver.controller.state_dict() == second.verl_ext_driver.controller.state_dict()
+
+
+def test_driver_state_follows_verls_max_actor_ckpt_to_keep(compose, tmp_path):
+    """verl deletes ``global_step_<N>/actor`` of the checkpoints it no longer keeps; verl_ext's state file of
+    those steps goes with it at the next save, the kept steps' files stay."""
+    trainer = legacy_trainer(compose, *AUTOPILOT, f"trainer.default_local_dir={tmp_path}")
+    for step in (1, 2, 3):
+        (tmp_path / f"global_step_{step}" / "actor").mkdir(parents=True)
+        trainer.verl_ext_driver.save(step)
+    import shutil
+
+    shutil.rmtree(tmp_path / "global_step_1" / "actor")  # what verl does with max_actor_ckpt_to_keep=2 at step 3
+    (tmp_path / "global_step_4").mkdir()
+    trainer.verl_ext_driver.save(4)
+    states = sorted(p.parent.name for p in tmp_path.glob("global_step_*/verl_ext_driver.json"))
+    assert states == ["global_step_2", "global_step_3", "global_step_4"]
+
+
 def test_autopilot_without_an_observed_entropy_fails_clearly(compose):
     trainer = legacy_trainer(compose, *AUTOPILOT)
     with pytest.raises(RuntimeError, match="no entropy observed"):

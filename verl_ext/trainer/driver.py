@@ -41,14 +41,36 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
     return float(values.detach().to(torch.float64)[mask].sum() / mask.sum().clamp(min=1))
 
 
+def _absolute(folder: str | os.PathLike) -> Path:
+    folder = Path(folder)
+    return folder if folder.is_absolute() else Path(os.getcwd()) / folder
+
+
 def checkpoint_folder(config: Any, global_steps: int) -> Path:
-    """``global_step_<N>`` of the run, as verl's trainers resolve it (``resume_from_path`` in resume_path mode)."""
+    """Where verl's trainers *save* step ``global_steps``: ``<default_local_dir>/global_step_<N>``, whatever the
+    resume mode (a run resumed from ``resume_from_path`` still saves its later steps under ``default_local_dir``)."""
+    return _absolute(config.trainer.default_local_dir) / f"global_step_{global_steps}"
+
+
+def resume_folder(config: Any, global_steps: int) -> Path:
+    """Where verl's trainers *load* step ``global_steps`` from: ``resume_from_path`` in ``resume_path`` mode,
+    else the saved folder of :func:`checkpoint_folder` (``auto`` mode finds the latest one there)."""
     trainer = config.trainer
     if config_value(trainer, "resume_mode") == "resume_path" and config_value(trainer, "resume_from_path"):
-        folder = Path(trainer.resume_from_path)
-    else:
-        folder = Path(trainer.default_local_dir) / f"global_step_{global_steps}"
-    return folder if folder.is_absolute() else Path(os.getcwd()) / folder
+        return _absolute(trainer.resume_from_path)
+    return checkpoint_folder(config, global_steps)
+
+
+def prune_driver_states(config: Any, current_step: int) -> list[Path]:
+    """Delete verl_ext's state files of earlier steps whose ``global_step_<N>/actor`` checkpoint verl has deleted
+    (``trainer.max_actor_ckpt_to_keep``), so that verl_ext keeps exactly the steps verl keeps; returns them."""
+    removed = []
+    current = checkpoint_folder(config, current_step)
+    for path in sorted(_absolute(config.trainer.default_local_dir).glob(f"global_step_*/{STATE_FILE}")):
+        if path.parent != current and not (path.parent / "actor").exists():
+            path.unlink()
+            removed.append(path)
+    return removed
 
 
 class VerlExtDriver:
@@ -72,10 +94,6 @@ class VerlExtDriver:
             path = lens_path(lens, config.trainer.project_name, config.trainer.experiment_name)
             self.lens = TokenLens(lens, path, tokenizer, use_wandb="wandb" in loggers)
         self.entropy: float | None = None
-
-    @property
-    def active(self) -> bool:
-        return self.controller is not None or self.lens is not None
 
     def observe_entropy(self, entropy: torch.Tensor, response_mask: torch.Tensor) -> None:
         """The old-log-prob pass's per-token entropy of this step's batch (padded tensors)."""
@@ -111,13 +129,14 @@ class VerlExtDriver:
         path = checkpoint_folder(self.config, global_steps) / STATE_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"entropy_control": self.controller.state_dict()}))
+        prune_driver_states(self.config, global_steps)
         return path
 
     def load(self, global_steps: int) -> bool:
         """Restore the autopilot's state saved at ``global_steps`` (0: a fresh run, nothing to load)."""
         if self.controller is None or global_steps <= 0:
             return False
-        path = checkpoint_folder(self.config, global_steps) / STATE_FILE
+        path = resume_folder(self.config, global_steps) / STATE_FILE
         if not path.exists():
             logger.warning("verl_ext entropy autopilot: %s not found; the autopilot starts from its initial state", path)
             return False
@@ -148,4 +167,12 @@ def _node(config: Any, key: str) -> Any:
     return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else (node or {})
 
 
-__all__ = ["STATE_FILE", "VerlExtDriver", "VerlExtDriverMixin", "checkpoint_folder", "masked_mean"]
+__all__ = [
+    "STATE_FILE",
+    "VerlExtDriver",
+    "VerlExtDriverMixin",
+    "checkpoint_folder",
+    "masked_mean",
+    "prune_driver_states",
+    "resume_folder",
+]
