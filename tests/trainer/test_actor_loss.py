@@ -254,3 +254,74 @@ def test_erc_gets_old_entropy_from_the_batch_and_fails_without_it():
     del data["old_entropy"]
     with pytest.raises(ValueError, match="old_entropy"):
         run(ppo_loss, actor_config("grpo_erc"), data, flat, entropy)
+
+
+# ------------------------------------------------------------------------------------------------------
+# metrics under dynamic batch size: micro-batches of unequal size
+# ------------------------------------------------------------------------------------------------------
+
+
+def _micro_batch(lengths, old_entropy, n_ranks_tokens):
+    """A micro-batch of responses of the given ``lengths`` with the given per-token old entropies (the current
+    entropy is 1.0 on every position), ``batch_num_tokens`` = the whole mini-batch's tokens over all ranks."""
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.utils.padding import left_right_2_no_padding
+
+    max_r = max(lengths)
+    fields = {"advantages": torch.ones(len(lengths), max_r, dtype=torch.float64),
+              "old_log_probs": torch.full((len(lengths), max_r), -1.0, dtype=torch.float64),
+              "old_entropy": torch.ones(len(lengths), max_r, dtype=torch.float64)}  # fmt: skip
+    for i, values in enumerate(old_entropy):
+        fields["old_entropy"][i, : len(values)] = torch.tensor(values, dtype=torch.float64)
+    data = left_right_2_no_padding(make_batch([[5, 6]] * len(lengths), [[7] * n for n in lengths], response_fields=fields))
+    total, dp = n_ranks_tokens
+    tu.assign_non_tensor(data, dp_size=dp, batch_num_tokens=total, global_batch_size=None)
+    flat = torch.full((int(data["input_ids"].values().shape[0]),), -1.0, dtype=torch.float64, requires_grad=True)
+    entropy = torch.ones(flat.shape, dtype=torch.float64)
+    return data, flat, entropy
+
+
+def test_erc_fractions_are_token_weighted_across_uneven_micro_batches_and_ranks():
+    """Two ranks, two micro-batches each, of 2, 13, 5 and 9 tokens (what dynamic batch size packs): the step's
+    ``kept_frac`` / ``below_frac`` / ``above_frac`` / ``entropy_ratio_mean``, reduced as verl reduces them
+    (``Metric.aggregate_dp``), are the fractions over all 29 tokens, from an oracle over the tokens."""
+    from verl.utils.metric import Metric
+
+    from verl_ext.trainer.actor_loss import ppo_loss
+
+    gen = torch.Generator().manual_seed(3)
+    # per rank, per micro-batch: response lengths
+    layout = [[[2], [6, 7]], [[5], [4, 5]]]
+    old = [[[list((torch.rand(n, generator=gen, dtype=torch.float64) * 0.9 + 0.6).tolist()) for n in micro]
+            for micro in rank] for rank in layout]  # fmt: skip
+    total = sum(n for rank in layout for micro in rank for n in micro)
+    config = actor_config("grpo_erc", {"entropy_mask_low": 0.8, "entropy_mask_high": 1.2})
+    per_rank: list[dict[str, Metric]] = []
+    plain: dict[str, list[float]] = {}
+    for rank, rank_old in zip(layout, old):
+        collected: dict[str, Metric] = {}
+        for micro, micro_old in zip(rank, rank_old):
+            data, flat, entropy = _micro_batch(micro, micro_old, (total, len(layout)))
+            _, metrics = ppo_loss(config, {"log_probs": flat, "entropy": entropy}, data)
+            for key, metric in metrics.items():
+                if key.startswith("actor/erc/"):
+                    collected.setdefault(key, metric.init_list()).extend(metric)
+                    n = sum(micro)
+                    plain.setdefault(key, []).append(metric_value(metric) * (total / n / len(layout)))
+        per_rank.append(collected)
+    reduced = {key: Metric.aggregate_dp([rank[key] for rank in per_rank]) for key in per_rank[0]}
+
+    rho = [(1.0 + 1e-8) / (h + 1e-8) for rank in old for micro in rank for seq in micro for h in seq]
+    assert len(rho) == total
+    oracle = {
+        "actor/erc/kept_frac": sum(0.8 < r < 1.2 for r in rho) / total,
+        "actor/erc/below_frac": sum(r <= 0.8 for r in rho) / total,
+        "actor/erc/above_frac": sum(r >= 1.2 for r in rho) / total,
+        "actor/erc/entropy_ratio_mean": sum(rho) / total,
+    }
+    assert 0 < oracle["actor/erc/kept_frac"] < 1 and oracle["actor/erc/below_frac"] > 0 and oracle["actor/erc/above_frac"] > 0
+    for key, expected in oracle.items():
+        assert reduced[key] == pytest.approx(expected, rel=1e-6), key
+    # the plain mean of the micro-batches' own fractions (what a MEAN aggregation would log) is not it
+    kept_plain = sum(plain["actor/erc/kept_frac"]) / len(plain["actor/erc/kept_frac"])
+    assert abs(kept_plain - oracle["actor/erc/kept_frac"]) > 1e-3

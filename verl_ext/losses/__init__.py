@@ -30,6 +30,13 @@ LOSSES = {
 }
 ERC_LOSSES = frozenset({"grpo_erc", "gppo_erc"})
 COV_LOSSES = frozenset({"clip_cov", "kl_cov"})
+TOKEN_MEAN_METRICS = frozenset({
+    "actor/erc/kept_frac", "actor/erc/below_frac", "actor/erc/above_frac", "actor/erc/entropy_ratio_mean",
+    "actor/clip_cov/selected_frac", "actor/clip_cov/candidate_frac", "actor/kl_cov/selected_frac",
+})  # fmt: skip
+"""verl_ext's loss metrics that are means over the micro-batch's valid tokens: the actor loss weights them by
+each micro-batch's token count, so that their step value is the mean over the mini-batch's tokens whatever the
+micro-batching (dynamic batch size packs micro-batches of unequal size)."""
 
 
-__all__ = ["LOSSES", "ERC_LOSSES", "COV_LOSSES"]
+__all__ = ["LOSSES", "ERC_LOSSES", "COV_LOSSES", "TOKEN_MEAN_METRICS"]

@@ -38,6 +38,7 @@ from verl.utils.metric import AggregationType, Metric
 from verl.workers.utils.padding import no_padding_2_padding
 
 from verl_ext.config import loss_mode_of
+from verl_ext.losses import TOKEN_MEAN_METRICS
 from verl_ext.losses.kl_clip import clipped_kl_matrix
 from verl_ext.trainer.hooks import COV_SELECTED, OLD_ENTROPY, needs_batch_selection, needs_old_entropy
 
@@ -60,6 +61,23 @@ def _set_global_batch_info(config: Any, data: TensorDict) -> AggregationType:
         or config.loss_scale_factor is not None
     )
     return AggregationType.SUM if globally_normalised else AggregationType.MEAN
+
+
+def policy_metrics(pg_metrics: dict[str, Any], response_mask: torch.Tensor, data: TensorDict) -> dict[str, Metric]:
+    """The policy loss's metrics as verl's ``ppo_loss`` reports them (MEAN over micro-batches), except verl_ext's
+    per-token means (:data:`~verl_ext.losses.TOKEN_MEAN_METRICS`): with verl's global token count of the
+    mini-batch (``batch_num_tokens``, summed over DP ranks) each micro-batch contributes
+    ``value * n_local / batch_num_tokens * dp_size`` with SUM aggregation, which verl's reduction (sum over
+    micro-batches of the mean over ranks) turns into the mean over all the mini-batch's tokens. A plain mean
+    over micro-batches would weigh a 10-token micro-batch like a 1000-token one under dynamic batch size."""
+    metrics = dict(Metric.from_dict(pg_metrics, aggregation=AggregationType.MEAN))
+    total = data["batch_num_tokens"]
+    if total is None:
+        return metrics
+    weight = response_mask.sum() / total * data["dp_size"]
+    for key in TOKEN_MEAN_METRICS & pg_metrics.keys():
+        metrics[key] = Metric(value=pg_metrics[key] * weight, aggregation=AggregationType.SUM)
+    return metrics
 
 
 def policy_loss_extras(config: Any, batch: TensorDict, entropy: torch.Tensor | None) -> dict[str, torch.Tensor]:
@@ -129,7 +147,7 @@ def ppo_loss(config: Any, model_output: Any, data: TensorDict, dp_group: Any = N
         rollout_is_weights=batch.get("rollout_is_weights", None),
         **policy_loss_extras(config, batch, entropy),
     )
-    metrics: dict[str, Any] = dict(Metric.from_dict(pg_metrics, aggregation=AggregationType.MEAN))
+    metrics: dict[str, Any] = policy_metrics(pg_metrics, response_mask, data)
     metrics["actor/pg_loss"] = Metric(value=pg_loss, aggregation=aggregation)
     policy_loss = pg_loss
 
@@ -157,4 +175,4 @@ def ppo_loss(config: Any, model_output: Any, data: TensorDict, dp_group: Any = N
     return policy_loss, metrics
 
 
-__all__ = ["kl_loss", "policy_loss_extras", "ppo_loss"]
+__all__ = ["kl_loss", "policy_loss_extras", "policy_metrics", "ppo_loss"]
