@@ -97,7 +97,6 @@ def test_config_group_follows_verl_platform(monkeypatch):
     ("override", "key"),
     [
         ("actor_rollout_ref.actor.strategy=fsdp", "actor_rollout_ref.actor.strategy"),
-        ("actor_rollout_ref.actor.use_dynamic_bsz=true", "actor_rollout_ref.actor.use_dynamic_bsz"),
         ("trainer.device=cuda", "trainer.device"),
         ("algorithm.adv_estimator=gae", "algorithm.adv_estimator"),
     ],

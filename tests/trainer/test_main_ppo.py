@@ -135,6 +135,24 @@ def test_group_file_sets_its_defaults_and_plain_loss_mode_keeps_base(compose):
     assert default.loss_mode == "vanilla" and default.entropy_mask_low == 0.8
 
 
+SDPA = "+actor_rollout_ref.model.override_config.attn_implementation=sdpa"
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"],  # verl's default attention: flash_attention_2
+        ["actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
+         "+actor_rollout_ref.model.override_config.attn_implementation=flash_attention_3"],
+        ["actor_rollout_ref.actor.ulysses_sequence_parallel_size=1", SDPA],
+        ["algorithm.filter_groups.enable=true", "algorithm.filter_groups.max_num_gen_batches=10"],
+    ],
+)  # fmt: skip
+def test_allowed_sequence_parallel_and_dynamic_sampling_settings_pass(compose, overrides):
+    status, out, err = dry(compose(*overrides))
+    assert status == 0, err
+
+
 @pytest.mark.parametrize(
     "overrides, key, words",
     [
@@ -156,6 +174,14 @@ def test_group_file_sets_its_defaults_and_plain_loss_mode_keeps_base(compose):
         (["actor_rollout_ref.actor.strategy=megatron"], "actor_rollout_ref.actor.strategy", ["fsdp2"]),
         (["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=null"], "actor_rollout_ref.actor",
          ["ppo_micro_batch_size"]),
+        (["actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", SDPA],
+         "actor_rollout_ref.actor.ulysses_sequence_parallel_size", ["attn_implementation=sdpa", "flash_attention_2"]),
+        (["actor_rollout_ref.ref.ulysses_sequence_parallel_size=2", "+actor_rollout_ref.model.override_config.attn_implementation=eager"],
+         "actor_rollout_ref.ref.ulysses_sequence_parallel_size", ["eager", "monkey_patch.py"]),
+        (["algorithm.filter_groups.enable=true", "algorithm.filter_groups.max_num_gen_batches=10", "trainer.use_v1=false"],
+         "algorithm.filter_groups.enable", ["legacy trainer", "trainer.use_v1=true"]),
+        (["algorithm.filter_groups.enable=true"], "algorithm.filter_groups.max_num_gen_batches",
+         ["integer >= 1", "hang"]),
     ],
 )  # fmt: skip
 def test_bad_values_name_the_key(compose, overrides, key, words):
@@ -501,3 +527,28 @@ def test_both_task_runners_start_as_ray_actors():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-4000:]
     assert out.stdout.split()[-4:] == ["True", "True", "VerlExtTaskRunnerImpl", "True"]
+
+
+def test_upstream_ulysses_still_patches_only_the_flash_attention_forward(tmp_path):
+    """Why ``ulysses_sequence_parallel_size > 1`` needs flash-attention (``check_sequence_parallel``): verl's
+    ``apply_monkey_patch`` with ``ulysses_sp_size=2`` puts Ulysses' all-to-all into transformers' flash-attention
+    forward and leaves SDPA as it is, so an SDPA model's ranks would each attend to their own slice.
+    Fails once verl patches SDPA too; then the refusal can go."""
+    from _cpu_marks import python
+
+    proc = python(f"""
+        from transformers import AutoModelForCausalLM
+        from transformers.integrations import flash_attention, sdpa_attention
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+        from verl.models.transformers import monkey_patch
+        from verl_ext.cpu.tiny_model import build_tiny_model
+
+        path = build_tiny_model({str(tmp_path)!r}, hidden=128, heads=4, kv_heads=2)
+        model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="sdpa")
+        sdpa_before = ALL_ATTENTION_FUNCTIONS["sdpa"]
+        monkey_patch.apply_monkey_patch(model, ulysses_sp_size=2, use_remove_padding=True)
+        assert flash_attention._flash_attention_forward is monkey_patch._ulysses_flash_attention_forward
+        assert ALL_ATTENTION_FUNCTIONS["sdpa"] is sdpa_before is sdpa_attention.sdpa_attention_forward
+        print("ok")
+    """)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout[-3000:] + proc.stderr[-3000:]

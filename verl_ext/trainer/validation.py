@@ -28,8 +28,24 @@ GROUP_ESTIMATORS = ("grpo", "grpo_vectorized", "grpo_passk", "rloo", "rloo_vecto
 V1_REQUIREMENTS_HINT = (
     "verl's V1 trainer (trainer.use_v1=true, the default) needs the packages TransferQueue (==0.1.10, "
     "which brings pyzmq and msgspec) and cachetools: `pip install TransferQueue==0.1.10 cachetools`, "
-    "or use the legacy trainer with trainer.use_v1=false"
+    "or use the legacy trainer with trainer.use_v1=false, which has no DAPO dynamic sampling "
+    "(algorithm.filter_groups) and no asynchronous trainer modes"
 )
+
+ULYSSES_ATTENTION = ("flash_attention_2", "flash_attention_3")
+"""Attention implementations through which verl's Ulysses sequence parallelism works: verl inserts Ulysses'
+all-to-all only by replacing transformers' flash-attention forward (``verl/models/transformers/monkey_patch.py``,
+``apply_monkey_patch``); with ``sdpa`` or ``eager`` each rank would attend only to its own slice of the sequence."""
+
+SEQUENCE_PARALLEL = (
+    ("actor_rollout_ref.actor.ulysses_sequence_parallel_size", "actor_rollout_ref.model.override_config.attn_implementation"),
+    ("actor_rollout_ref.ref.ulysses_sequence_parallel_size", "actor_rollout_ref.model.override_config.attn_implementation"),
+    ("critic.ulysses_sequence_parallel_size", "critic.model.override_config.attn_implementation"),
+)  # fmt: skip
+"""(sequence-parallel size key, attention key of the model it splits)."""
+
+DEFAULT_ATTENTION = "flash_attention_2"
+"""verl's attention when ``override_config.attn_implementation`` is unset (``verl/workers/config/model.py``)."""
 
 
 def _select(config: DictConfig, key: str, default: Any = None) -> Any:
@@ -98,6 +114,46 @@ def check_group_size(config: DictConfig) -> None:
                           "normalises rewards within the n responses of a prompt; allowed an integer >= 2")  # fmt: skip
 
 
+def check_sequence_parallel(config: DictConfig) -> None:
+    """Ulysses sequence parallelism > 1 needs a flash-attention implementation, on every platform: with
+    ``sdpa`` / ``eager`` verl's Ulysses all-to-all never runs, each rank attends to its slice only, and every
+    log-prob, entropy and loss is silently wrong (measured in CPU mode: rollout-vs-actor probability gap 0.012
+    instead of 2e-8)."""
+    from verl.trainer.ppo.utils import need_critic
+
+    for size_key, attention_key in SEQUENCE_PARALLEL:
+        if size_key.startswith("critic.") and not need_critic(config):
+            continue
+        size = _select(config, size_key, 1) or 1
+        attention = _select(config, attention_key) or DEFAULT_ATTENTION
+        if size > 1 and attention not in ULYSSES_ATTENTION:
+            raise ConfigError(size_key, f"{size} with {attention_key}={attention}: verl's Ulysses sequence "
+                              "parallelism works only through the flash-attention forward it patches "
+                              "(verl/models/transformers/monkey_patch.py); with this attention each rank would "
+                              f"attend to its own slice of the sequence and train on wrong log-probs. Allowed: 1, or "
+                              f"> 1 with {attention_key} in {list(ULYSSES_ATTENTION)} (flash-attn installed)")  # fmt: skip
+
+
+def check_dynamic_sampling(config: DictConfig) -> None:
+    """DAPO's dynamic sampling (``algorithm.filter_groups``) exists only in verl's V1 trainer, whose built-in
+    sync replay buffer refills evicted groups without a bound: verl_ext bounds it with
+    ``max_num_gen_batches`` (which verl's V1 trainer ignores) so that a run whose groups all score the same
+    stops with an error instead of refilling forever."""
+    if not _select(config, "algorithm.filter_groups.enable", False):
+        return
+    if not _select(config, "trainer.use_v1", True):
+        raise ConfigError("algorithm.filter_groups.enable", "true needs verl's V1 trainer: the legacy trainer "
+                          "(trainer.use_v1=false) never reads it and would train without DAPO's dynamic sampling. "
+                          "Allowed: false, or trainer.use_v1=true")  # fmt: skip
+    mode = _select(config, "trainer.v1.trainer_mode", "sync")
+    limit = _select(config, "algorithm.filter_groups.max_num_gen_batches", 0)
+    if mode == "sync" and (not isinstance(limit, int) or limit < 1):
+        raise ConfigError("algorithm.filter_groups.max_num_gen_batches", f"{limit!r} with dynamic sampling on: "
+                          "verl's V1 replay buffer refills evicted groups without a bound, so a model whose groups "
+                          "all score the same would hang; verl_ext stops the step with an error after this many "
+                          "generation batches. Allowed: an integer >= 1 (DAPO's recipe: 10)")  # fmt: skip
+
+
 def check_trainer(config: DictConfig) -> str:
     """The trainer must be importable and its V1 mode registered; returns a short description."""
     if not _select(config, "trainer.use_v1", True):
@@ -118,7 +174,6 @@ def check_trainer(config: DictConfig) -> str:
 CPU_MODE_NEEDS = (
     (f"{ACTOR}.strategy", ("fsdp2",), "verl's FSDP1 engine needs GPU parameters"),
     ("actor_rollout_ref.rollout.name", ("vllm",), "vLLM's CPU build is the rollout engine CPU mode runs"),
-    (f"{ACTOR}.use_dynamic_bsz", (False,), "dynamic batch size packs sequences with GPU-only helpers"),
     ("trainer.device", ("cpu",), "the trainer places batches on this device"),
 )
 """Settings CPU mode cannot do without: (key, allowed values, why). ``configs/platform/cpu.yaml`` sets them."""
@@ -213,6 +268,8 @@ def check_verl_ext(config: DictConfig, actor: Any | None = None) -> dict[str, An
     check_entropy_source(config, mode)
     check_kl_clip(config)
     check_group_size(config)
+    check_sequence_parallel(config)
+    check_dynamic_sampling(config)
     trainer = check_trainer(config)
     platform = check_platform(config)
     features = check_driver_features(config)
@@ -231,11 +288,13 @@ __all__ = [
     "ConfigError",
     "check_actor_classes",
     "check_driver_features",
+    "check_dynamic_sampling",
     "check_entropy_source",
     "check_group_size",
     "check_kl_clip",
     "check_loss_mode",
     "check_platform",
+    "check_sequence_parallel",
     "check_strategy",
     "check_trainer",
     "check_verl_ext",
