@@ -552,3 +552,49 @@ def test_upstream_ulysses_still_patches_only_the_flash_attention_forward(tmp_pat
         print("ok")
     """)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def test_v1_dapo_sampling_stops_with_an_error_after_max_num_gen_batches(compose):
+    """verl's sync replay buffer asks for more prompts each time DAPO's filter evicts groups, without a bound;
+    verl_ext lets one training batch draw ``max_num_gen_batches x train_batch_size`` prompts (the batch that
+    ``prepare_step`` submitted counts) and then stops with an error naming the key."""
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    from verl_ext.trainer.v1 import DynamicSamplingExhausted, make_v1_trainer
+
+    trainer = object.__new__(make_v1_trainer(PPOTrainerSync))
+    trainer.config = compose("algorithm.filter_groups.enable=true", "algorithm.filter_groups.max_num_gen_batches=3",
+                             "algorithm.filter_groups.metric=acc")  # fmt: skip
+    trainer.global_steps = 7
+    batch = trainer.config.data.train_batch_size  # 64 (CLUSTER)
+    submitted: list[int] = []
+    trainer._next_train_batch = lambda n=None: n
+    trainer._submit_batch_to_rollout = lambda n: submitted.append(n) or n
+
+    class Buffer:
+        finished_keys = {"train": {"a", "b", "c"}}
+
+    trainer.replay_buffer = Buffer()
+
+    def sample(self, metrics, timing_raw, sample_batch_size):  # what verl's replay buffer does while groups are evicted
+        for ask in (40, 80, 2 * batch):
+            trainer._add_prompts_to_generate(ask)
+
+    PPOTrainerSync._step_once, original = sample, PPOTrainerSync._step_once
+    try:
+        with pytest.raises(DynamicSamplingExhausted) as info:
+            trainer._step_once({}, {}, batch)
+    finally:
+        PPOTrainerSync._step_once = original
+    assert submitted == [40, 80]  # 64 + 40 + 80 = 184 <= 3 x 64; the next 128 would pass 192
+    message = str(info.value)
+    for words in ("step 7", "184 prompts drawn and 128 more", "max_num_gen_batches=3", "3 group(s) kept of the 64",
+                  "'acc'", "filter_groups.enable=false"):  # fmt: skip
+        assert words in message, message
+
+    # a new training batch starts a new count; without the filter nothing is bounded
+    trainer._verl_ext_drawn = 0
+    trainer.config = compose()
+    for _ in range(20):
+        trainer._add_prompts_to_generate(batch)
+    assert len(submitted) == 22

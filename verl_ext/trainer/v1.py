@@ -9,6 +9,10 @@
   computed over the whole training batch (with the entropy autopilot's ratio when it is on) and stored as
   field ``cov_selected``; the token lens writes the selected tokens.
 * ``_save_checkpoint`` / ``_load_checkpoint``: the autopilot's state goes with verl's checkpoint.
+* ``_step_once`` / ``_add_prompts_to_generate``: with DAPO's dynamic sampling (``algorithm.filter_groups``) in
+  ``sync`` mode, the prompts drawn for one training batch are bounded by
+  ``algorithm.filter_groups.max_num_gen_batches`` generation batches (verl's replay buffer refills evicted
+  groups without a bound): a run whose groups all score the same stops with :class:`DynamicSamplingExhausted`.
 
 Fields written with ``kv_batch_put`` are listed in the ``KVBatchMeta`` it returns, and the workers fetch
 exactly those fields, so the new fields reach the update's mini- and micro-batches.
@@ -49,8 +53,52 @@ from verl_ext.trainer.hooks import (
 from verl_ext.trainer.workers import use_verl_ext_actor_worker
 
 
+class DynamicSamplingExhausted(RuntimeError):
+    """DAPO's filter evicted so many groups that one training batch needed more than
+    ``algorithm.filter_groups.max_num_gen_batches`` generation batches."""
+
+
+def generation_budget(config: Any) -> int | None:
+    """Prompts one sampled training batch may draw under DAPO's dynamic sampling in ``sync`` mode
+    (``max_num_gen_batches x train_batch_size``), or ``None`` when no bound applies."""
+    filter_groups = config.algorithm.get("filter_groups", None)
+    if not (filter_groups and filter_groups.get("enable", False)) or config.trainer.v1.trainer_mode != "sync":
+        return None
+    return int(filter_groups.max_num_gen_batches) * int(config.data.train_batch_size)
+
+
 class VerlExtV1Mixin(VerlExtDriverMixin):
     """Mixed in before a verl V1 trainer class (see :func:`make_v1_trainer`)."""
+
+    _verl_ext_drawn = 0
+    """Prompts drawn for the training batch being sampled (DAPO's bound, :func:`generation_budget`)."""
+
+    def _step_once(self, metrics: dict, timing_raw: dict, sample_batch_size: int):
+        self._verl_ext_drawn = sample_batch_size  # the batch prepare_step submitted
+        return super()._step_once(metrics, timing_raw, sample_batch_size)
+
+    def _add_prompts_to_generate(self, num_prompts: int) -> int:
+        budget = generation_budget(self.config)
+        if budget is not None:
+            self._verl_ext_drawn += num_prompts
+            if self._verl_ext_drawn > budget:
+                raise DynamicSamplingExhausted(self._exhausted_message(self._verl_ext_drawn - num_prompts, num_prompts))
+        return super()._add_prompts_to_generate(num_prompts)
+
+    def _exhausted_message(self, drawn: int, asked: int) -> str:
+        filter_groups = self.config.algorithm.filter_groups
+        batch = int(self.config.data.train_batch_size)
+        finished = getattr(getattr(self, "replay_buffer", None), "finished_keys", {}) or {}
+        kept = len(finished.get("train", ()))
+        return (
+            f"verl_ext: DAPO dynamic sampling cannot fill the training batch of step {self.global_steps}: "
+            f"{drawn} prompts drawn and {asked} more asked for, over the {filter_groups.max_num_gen_batches} "
+            f"generation batches of {batch} prompts allowed by "
+            f"algorithm.filter_groups.max_num_gen_batches={filter_groups.max_num_gen_batches}; {kept} group(s) kept of "
+            f"the {batch} a batch needs: almost every group's {filter_groups.metric!r} is the same for all its "
+            "responses (all solved or all failed). Raise algorithm.filter_groups.max_num_gen_batches, train on data "
+            "of a difficulty the model partly solves, or set algorithm.filter_groups.enable=false"
+        )
 
     def _init_resource_pool_mgr(self) -> None:
         super()._init_resource_pool_mgr()
@@ -127,9 +175,11 @@ VerlExtTaskRunnerV1 = ray.remote(VerlExtTaskRunnerV1Impl)
 """The Ray actor class ``verl_ext.main_ppo`` passes to verl's ``run_ppo`` for ``trainer.use_v1=true``."""
 
 __all__ = [
+    "DynamicSamplingExhausted",
     "VerlExtTaskRunnerV1",
     "VerlExtTaskRunnerV1Impl",
     "VerlExtV1Mixin",
+    "generation_budget",
     "make_v1_trainer",
     "v1_trainer_registered",
 ]
