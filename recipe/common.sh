@@ -14,6 +14,13 @@
 #   PROJECT_NAME     logger project; EXP_NAME logger run name
 #   GEN_TP           vLLM tensor-parallel size; SP_SIZE Ulysses sequence-parallel size (1)
 #   OFFLOAD          1: FSDP parameter + optimizer offload (0)
+#   MAX_PROMPT_LENGTH / MAX_RESPONSE_LENGTH   prompt / response tokens (GSM8K 512 / 1024, DAPO 2048 / 8192);
+#                    in DAPO recipes the token budgets (ppo_max_token_len_per_gpu, log-prob limits, vLLM's
+#                    batched tokens) and the overlong buffer follow them
+#   OVERLONG_BUFFER  DAPO's overlong soft-penalty buffer in tokens (default MAX_RESPONSE_LENGTH / 2, DAPO's 4096
+#                    of 8192); must be below MAX_RESPONSE_LENGTH, or the penalty would start before any response
+#   MAX_NUM_GEN_BATCHES  DAPO: generation batches one training batch may draw before the run stops with an
+#                    error (10, DAPO's recipe)
 #   LOGGERS          comma-separated trainer loggers (console,wandb); wandb runs offline without a key
 #   PYTHON           interpreter (python3)
 #   DRY_RUN=1        run the exact command with verl_ext.dry_run=true: compose + validate, no Ray/GPU
@@ -161,14 +168,23 @@ recipe_common_args() {
     recipe_loggers
 }
 
+# recipe_lengths PROMPT RESPONSE: MAX_PROMPT_LENGTH / MAX_RESPONSE_LENGTH with these defaults, validated.
+recipe_lengths() {
+    : "${MAX_PROMPT_LENGTH:=$1}"
+    : "${MAX_RESPONSE_LENGTH:=$2}"
+    recipe_require_int MAX_PROMPT_LENGTH 1
+    recipe_require_int MAX_RESPONSE_LENGTH 2
+}
+
 # recipe_gsm8k_base: GSM8K GRPO, 1 node x 8 GPUs, 0.5B-7B model (default Qwen2.5-3B-Instruct).
 recipe_gsm8k_base() {
     recipe_defaults 1 Qwen/Qwen2.5-3B-Instruct gsm8k-train.parquet gsm8k-test.parquet verl_ext_gsm8k 1
+    recipe_lengths 512 1024
     recipe_common_args
     RECIPE_ARGS+=(
         reward.reward_manager.name=naive
-        data.max_prompt_length=512
-        data.max_response_length=1024
+        "data.max_prompt_length=$MAX_PROMPT_LENGTH"
+        "data.max_response_length=$MAX_RESPONSE_LENGTH"
         data.train_batch_size=256
         data.filter_overlong_prompts=True
         data.truncation=error
@@ -188,21 +204,30 @@ recipe_gsm8k_base() {
 }
 
 # recipe_dapo_base: DAPO-Math-17k, 4 nodes x 8 GPUs, 7B model (default Qwen2.5-7B), AIME 2024+2025
-# validation. DAPO's recipe: clip-higher 0.28, dynamic sampling (filter_groups on acc), overlong
-# buffer 4k with penalty 1, token-mean; lr 1e-6 with 10 warm-up steps, weight decay 0.1.
+# validation. DAPO's recipe: clip-higher 0.28, dynamic sampling (filter_groups on acc, at most 10 generation
+# batches per training batch), overlong buffer 4k of 8k with penalty 1, token-mean; lr 1e-6 with 10 warm-up
+# steps, weight decay 0.1.
 recipe_dapo_base() {
-    local max_prompt=2048 max_response=8192
     recipe_defaults 4 Qwen/Qwen2.5-7B dapo-math-17k.parquet aime-2024.parquet,aime-2025.parquet verl_ext_dapo 2
+    recipe_lengths 2048 8192
+    : "${OVERLONG_BUFFER:=$((MAX_RESPONSE_LENGTH / 2))}"
+    : "${MAX_NUM_GEN_BATCHES:=10}"
+    recipe_require_int OVERLONG_BUFFER 1
+    recipe_require_int MAX_NUM_GEN_BATCHES 1
+    (( OVERLONG_BUFFER < MAX_RESPONSE_LENGTH )) || recipe_die "OVERLONG_BUFFER=$OVERLONG_BUFFER is invalid: allowed \
+1 <= OVERLONG_BUFFER < MAX_RESPONSE_LENGTH=$MAX_RESPONSE_LENGTH (the penalty starts MAX_RESPONSE_LENGTH - OVERLONG_BUFFER tokens in)"
+    local max_prompt=$MAX_PROMPT_LENGTH max_response=$MAX_RESPONSE_LENGTH
     recipe_common_args
     RECIPE_ARGS+=(
         reward.reward_manager.name=dapo
         ++reward.reward_kwargs.overlong_buffer_cfg.enable=True
-        ++reward.reward_kwargs.overlong_buffer_cfg.len=4096
+        "++reward.reward_kwargs.overlong_buffer_cfg.len=$OVERLONG_BUFFER"
         ++reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0
         ++reward.reward_kwargs.overlong_buffer_cfg.log=False
         "++reward.reward_kwargs.max_resp_len=$max_response"
         algorithm.filter_groups.enable=True
         algorithm.filter_groups.metric=acc
+        "algorithm.filter_groups.max_num_gen_batches=$MAX_NUM_GEN_BATCHES"
         algorithm.filter_groups.max_inflight_gen_batches=3
         "data.max_prompt_length=$max_prompt"
         "data.max_response_length=$max_response"

@@ -50,7 +50,8 @@ FAMILY = {
     "gsm8k": {"trainer.nnodes": "1", "reward.reward_manager.name": "naive", "data.train_batch_size": "256",
               "actor_rollout_ref.rollout.tensor_model_parallel_size": "1"},
     "dapo": {"trainer.nnodes": "4", "reward.reward_manager.name": "dapo", "algorithm.filter_groups.enable": "True",
-             "algorithm.filter_groups.metric": "acc", "reward.reward_kwargs.overlong_buffer_cfg.enable": "True",
+             "algorithm.filter_groups.metric": "acc", "algorithm.filter_groups.max_num_gen_batches": "10",
+             "reward.reward_kwargs.overlong_buffer_cfg.enable": "True",
              "reward.reward_kwargs.overlong_buffer_cfg.len": "4096", "reward.reward_kwargs.max_resp_len": "8192",
              "data.max_response_length": "8192", PREFIX + "loss_agg_mode": "token-mean", PREFIX + "clip_ratio_c": "10.0"},
 }  # fmt: skip
@@ -71,7 +72,8 @@ def base_env(tmp_path: Path) -> dict[str, str]:
                  "PROJECT_NAME", "EXP_NAME", "GEN_TP", "SP_SIZE", "OFFLOAD", "LOGGERS", "DRY_RUN", "PRINT_CMD",
                  "WANDB_API_KEY", "WANDB_MODE", "LOSS", "SMOKE_DIR", "NETRC", "COV_RATIO", "WORK_DIR", "STEPS",
                  "RESPONSE_LENGTH", "PROMPTS", "N", "LR", "SEED", "ASSETS", "RAY_ADDRESS", "VERL_PLATFORM",
-                 "VERL_FILE_LOGGER_PATH"):  # fmt: skip
+                 "VERL_FILE_LOGGER_PATH", "MAX_PROMPT_LENGTH", "MAX_RESPONSE_LENGTH", "OVERLONG_BUFFER",
+                 "MAX_NUM_GEN_BATCHES"):  # fmt: skip
         env.pop(name, None)
     env["HOME"] = str(tmp_path)
     env["PYTHON"] = sys.executable
@@ -151,6 +153,22 @@ def test_environment_and_arguments_reach_the_command(tmp_path):
     assert dry == [*cmd[:-1], "verl_ext.dry_run=true"]  # DRY_RUN=1: the same command plus the dry-run flag
 
 
+def test_lengths_and_the_overlong_buffer_follow_the_environment(tmp_path):
+    """Shrinking the response length shrinks DAPO's overlong buffer (half of it unless OVERLONG_BUFFER is set) and
+    the token budgets with it: a buffer left at 4096 of a 512-token response would never penalise anything."""
+    env = {**base_env(tmp_path), "MAX_PROMPT_LENGTH": "128", "MAX_RESPONSE_LENGTH": "512"}
+    values = effective(command(RECIPE_DIR / "dapo_clip_cov.sh", env=env))
+    assert (values["data.max_prompt_length"], values["data.max_response_length"]) == ("128", "512")
+    assert values["reward.reward_kwargs.max_resp_len"] == "512"
+    assert values["reward.reward_kwargs.overlong_buffer_cfg.len"] == "256"
+    assert values[PREFIX + "ppo_max_token_len_per_gpu"] == str(2 * 640)
+    assert values["actor_rollout_ref.rollout.max_num_batched_tokens"] == "640"
+    values = effective(command(RECIPE_DIR / "dapo_clip_cov.sh", env={**env, "OVERLONG_BUFFER": "100"}))
+    assert values["reward.reward_kwargs.overlong_buffer_cfg.len"] == "100"
+    values = effective(command(RECIPE_DIR / "gsm8k_grpo_erc.sh", env=env))
+    assert (values["data.max_prompt_length"], values["data.max_response_length"]) == ("128", "512")
+
+
 def test_wandb_goes_offline_without_a_key(tmp_path):
     key = "ray_kwargs.ray_init.runtime_env.env_vars.WANDB_MODE"
     res = run_script(RECIPE_DIR / "gsm8k_grpo_vanilla.sh", env={**base_env(tmp_path), "PRINT_CMD": "1"})
@@ -172,6 +190,9 @@ def test_wandb_goes_offline_without_a_key(tmp_path):
         ("DRY_RUN", "true", "DRY_RUN='true' is invalid: allowed 0 or 1"),
         ("LOGGERS", "console,wandbb", "LOGGERS entry 'wandbb' is invalid: allowed console, wandb"),
         ("VAL_FILE", "/d/it's.parquet", "contains a quote"),
+        ("MAX_RESPONSE_LENGTH", "1k", "MAX_RESPONSE_LENGTH='1k' is invalid: allowed an integer >= 2"),
+        ("OVERLONG_BUFFER", "8192", "OVERLONG_BUFFER=8192 is invalid: allowed 1 <= OVERLONG_BUFFER < MAX_RESPONSE_LENGTH=8192"),
+        ("MAX_NUM_GEN_BATCHES", "0", "MAX_NUM_GEN_BATCHES='0' is invalid: allowed an integer >= 1"),
     ],
 )
 def test_bad_environment_fails_naming_the_variable(variable, value, message, tmp_path):
