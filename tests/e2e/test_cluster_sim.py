@@ -1,7 +1,8 @@
 """A 2-node Ray cluster simulated on this machine, with the cluster scripts and token authentication on.
 
-The whole scenario runs in a fresh network namespace whose only interface is the loopback (``unshare --net``):
-nothing the test starts can be reached from outside this machine, and Ray's node address is 127.0.0.1 (Ray 2.60
+The whole scenario runs in a fresh network namespace whose only interface is the loopback, and a PID namespace of
+its own (``unshare --net --pid``): nothing the test starts can be reached from outside this machine, its clean-up
+ends only the processes it started, and Ray's node address is 127.0.0.1 (Ray 2.60
 turns a requested 127.0.0.1 into the machine's interface address whenever it has one, see
 ``verl_ext.cpu.workarounds.keep_local_ray_on_loopback``). In it:
 
@@ -10,8 +11,9 @@ turns a requested 127.0.0.1 into the machine's interface address whenever it has
 3. ``scripts/cluster/check_nodes.py`` checks both nodes (verl_ext importable, losses registered);
 4. a job submitted to the Jobs API without the token, and one with a wrong token, are refused;
 5. ``scripts/cluster/submit.sh`` submits ``recipe/cpu_tiny.sh`` as a Ray job (authenticated with the token file),
-   which trains 2 steps with ``trainer.nnodes=2 trainer.n_gpus_per_node=1``: one FSDP2 rank and one vLLM server
-   per node, the two FSDP ranks in one gloo group.
+   which trains 2 steps of batch-scope Clip-Cov with the entropy autopilot with ``trainer.nnodes=2
+   trainer.n_gpus_per_node=1``: one FSDP2 rank and one vLLM server per node, the two FSDP ranks in one gloo group,
+   the selection made once over the batch of both.
 """
 
 from __future__ import annotations
@@ -38,7 +40,11 @@ def _can_unshare_net() -> bool:
 
 
 def _unshare() -> list[str]:
-    return ["unshare", "--net"] if os.geteuid() == 0 else ["unshare", "--net", "--map-root-user"]
+    """A network namespace with only the loopback, and a PID namespace with its own /proc: the scenario's
+    ``ray stop --force`` sees (and ends) only the Ray processes the scenario started, never those of other jobs on
+    the machine, and every process left in the namespace is ended with it when the scenario's shell exits."""
+    isolated = ["unshare", "--net", "--pid", "--fork", "--mount-proc"]
+    return isolated if os.geteuid() == 0 else [*isolated, "--map-root-user"]
 
 
 
@@ -52,6 +58,7 @@ ray_bin="$(dirname "$PYTHON")/ray"
 export RAY="$ray_bin"
 log() { echo "== $*"; }
 ray_tmp="$(mktemp -d /tmp/vxr.XXXXXX)"  # short: Ray's unix socket paths must stay under 108 bytes
+# ray stop sees only this PID namespace's processes (unshare --pid --mount-proc): nothing outside is touched
 cleanup() { "$ray_bin" stop --force >/dev/null 2>&1 || true; rm -rf "$ray_tmp"; }
 trap cleanup EXIT
 
@@ -80,7 +87,10 @@ echo "$?" > "$WORK/wrongauth.rc"
 log train
 # the documented way to train on a cluster: submit.sh sends the recipe as a Ray job (with the token file)
 NNODES=2 GPUS_PER_NODE=1 bash scripts/cluster/submit.sh --address http://127.0.0.1:8266 \
-    --submission-id two_nodes cpu_tiny trainer.val_before_train=False > "$WORK/train.log" 2>&1
+    --submission-id two_nodes cpu_tiny trainer.val_before_train=False \
+    actor_rollout_ref.actor.policy_loss.clip_cov_lb=-100 actor_rollout_ref.actor.policy_loss.clip_cov_ub=100 \
+    verl_ext.entropy_control.enable=true verl_ext.entropy_control.target=3.0 \
+    verl_ext.entropy_control.ratio_min=0.001 verl_ext.entropy_control.ratio_max=0.5 > "$WORK/train.log" 2>&1
 echo "$?" > "$WORK/train.rc"
 RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH="$HOME/.ray/auth_token" "$ray_bin" job status --address http://127.0.0.1:8266 two_nodes > "$WORK/train.status" 2>&1
 log done
@@ -100,14 +110,28 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Path:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "VERL_"))}
     env.update(
         REPO=str(REPO), WORK=str(work), HOME=str(home), PYTHON=sys.executable, WORK_DIR=str(assets), ASSETS="0",
-        LOSS="vanilla", EXP_NAME="two_nodes", STEPS="2", PROMPTS="4", N="4", RESPONSE_LENGTH="8",
+        LOSS="clip_cov", COV_RATIO="0.05", EXP_NAME="two_nodes", STEPS="2", PROMPTS="4", N="4", RESPONSE_LENGTH="8",
         PATH=f"{Path(sys.executable).parent}:{env['PATH']}",
     )  # fmt: skip
-    proc = subprocess.run([*_unshare(), "bash", "-c", SCENARIO], env=env, capture_output=True, text=True,
-                          timeout=1200)  # fmt: skip
+    # a process outside the namespaces that `ray stop --force` would end if it could see it (its command line names
+    # a Ray worker script), standing for another job's Ray on this machine
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1800)", "default_worker.py"])
+    try:
+        proc = subprocess.run([*_unshare(), "bash", "-c", SCENARIO], env=env, capture_output=True, text=True,
+                              timeout=1200)  # fmt: skip
+        (work / "bystander_alive").write_text(str(bystander.poll() is None))
+    finally:
+        bystander.kill()
+        bystander.wait()
     (work / "scenario.log").write_text(proc.stdout + proc.stderr)
     assert proc.returncode == 0, f"scenario failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     return work
+
+
+def test_clean_up_ends_only_the_processes_it_started(cluster):
+    """The scenario's ``ray stop --force`` ran in its own PID namespace: a Ray-looking process of another job
+    outside it survived."""
+    assert (cluster / "bystander_alive").read_text() == "True"
 
 
 def test_token_file_is_private_and_never_printed(cluster):
@@ -153,5 +177,11 @@ def test_trains_two_steps_on_two_nodes(cluster):
     assert rows[0]["data"]["actor/ppo_kl"] != 0.0
     for row in rows:  # verl splits the batch over its data-parallel ranks: two (one per node, one gloo group)
         assert row["data"]["perf/total_num_tokens"] == 2 * row["data"]["global_seqlen/mean"]
+    for row in rows:  # one selection over both ranks' rows: the autopilot's ratio of the whole batch's tokens
+        data = row["data"]
+        tokens = round(data["response_length/mean"] * 4 * 4)
+        expected = max(1, int(data["entropy_control/ratio"] * tokens)) / tokens
+        assert data["actor/clip_cov/batch_selected_frac"] == pytest.approx(expected, rel=1e-6)
+        assert data["actor/clip_cov/selected_frac"] > 0.0
     servers = [line for line in log.splitlines() if "LLMServerManager: [" in line]
     assert servers and servers[0].count("127.0.0.1:") == 2, servers  # one vLLM server per node

@@ -253,3 +253,42 @@ def test_lens_file_sits_next_to_verls_file_log(tmp_path, monkeypatch):
     monkeypatch.setenv("VERL_FILE_LOGGER_ROOT", "~/runs")
     assert lens_path(lens, "proj", "exp") == tmp_path / "runs" / "proj" / "exp.lens.jsonl"
     assert lens_path(TokenLensConfig(enable=True, path="~/mine.jsonl"), "proj", "exp") == Path(tmp_path) / "mine.jsonl"
+
+
+def test_file_log_continues_from_the_checkpoint_a_run_resumes_from(compose, tmp_path, monkeypatch):
+    """verl's FileLogger truncates its JSONL when a resumed run opens it; inside ``continuing_file_log`` the rows
+    of the steps up to the checkpoint stay, rows a killed run logged after it go (they are trained again), and a
+    fresh run starts empty."""
+    from verl.utils import tracking
+
+    from verl_ext.trainer.run_log import continuing_file_log
+
+    log = tmp_path / "run.jsonl"
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(log))
+    ckpts = tmp_path / "ckpts"
+    (ckpts / "global_step_2").mkdir(parents=True)
+    (ckpts / "latest_checkpointed_iteration.txt").write_text("2")
+    killed = [json.dumps({"step": s, "data": {"x": s}}) for s in (1, 2, 3)]  # step 3 ran, its checkpoint never came
+    log.write_text("\n".join(killed) + "\n")
+
+    config = compose(f"trainer.default_local_dir={ckpts}", "trainer.resume_mode=auto")
+    with continuing_file_log(config):
+        logger = tracking.FileLogger("p", "e")
+        logger.log({"x": 30}, step=3)
+        logger.finish()
+    assert tracking.FileLogger.__name__ == "FileLogger" and tracking.FileLogger.__module__ == "verl.utils.tracking"
+    assert [json.loads(line) for line in log.read_text().splitlines()] == [
+        {"step": 1, "data": {"x": 1}}, {"step": 2, "data": {"x": 2}}, {"step": 3, "data": {"x": 30}}]  # fmt: skip
+
+    for fresh in (compose(f"trainer.default_local_dir={ckpts}", "trainer.resume_mode=disable"),
+                  compose(f"trainer.default_local_dir={tmp_path / 'empty'}", "trainer.resume_mode=auto")):  # fmt: skip
+        with continuing_file_log(fresh):
+            tracking.FileLogger("p", "e").finish()
+        assert log.read_text() == ""
+        log.write_text("\n".join(killed) + "\n")
+
+    resume_path = compose(f"trainer.default_local_dir={tmp_path / 'other'}", "trainer.resume_mode=resume_path",
+                          f"trainer.resume_from_path={ckpts / 'global_step_2'}")  # fmt: skip
+    with continuing_file_log(resume_path):
+        tracking.FileLogger("p", "e").finish()
+    assert [json.loads(line)["step"] for line in log.read_text().splitlines()] == [1, 2]

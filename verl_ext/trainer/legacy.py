@@ -10,7 +10,8 @@
 
 * ``_save_checkpoint`` / ``_load_checkpoint``: the entropy autopilot's state goes with verl's checkpoint.
 
-:class:`VerlExtTaskRunner` is verl's legacy ``TaskRunner`` with verl_ext's actor worker and trainer.
+:class:`VerlExtTaskRunner` is verl's legacy ``TaskRunner`` with verl_ext's actor worker and trainer, and verl's file
+log continued on resume (:mod:`verl_ext.trainer.run_log`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from verl_ext.trainer.hooks import (
     needs_old_entropy,
     selection_step,
 )
+from verl_ext.trainer.run_log import continuing_file_log
 from verl_ext.trainer.workers import unwrap_ray_class, use_verl_ext_actor_worker
 
 
@@ -105,7 +107,7 @@ class VerlExtTaskRunnerImpl(TaskRunner.__ray_actor_class__):
 
     def run(self, config: Any) -> None:
         ensure_registered()
-        with legacy_trainer_class(VerlExtRayPPOTrainer):
+        with legacy_trainer_class(VerlExtRayPPOTrainer), continuing_file_log(config):
             super().run(config)
 
 

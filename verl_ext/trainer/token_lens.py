@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -25,6 +24,7 @@ import torch
 
 from verl_ext.analysis.control import lens_file_for
 from verl_ext.config import PrefixedConfig
+from verl_ext.trainer.run_log import file_log_path
 
 KEY_PREFIX = "verl_ext.token_lens."
 COLUMNS = ("step", "sample", "position", "token_id", "token", "context", "covariance", "advantage", "old_log_prob", "prob")
@@ -64,9 +64,7 @@ def lens_path(config: TokenLensConfig, project: str, experiment: str) -> Path:
     """Where the lens file goes (see :attr:`TokenLensConfig.path`)."""
     if config.path:
         return Path(config.path).expanduser()
-    log = os.environ.get("VERL_FILE_LOGGER_PATH")  # verl's file logger: this path, or its default below
-    root = Path(os.environ.get("VERL_FILE_LOGGER_ROOT", ".")).expanduser()  # verl expands ~ in the root only
-    return lens_file_for(log or root / project / f"{experiment}.jsonl")
+    return lens_file_for(file_log_path(project, experiment))  # beside verl's file log
 
 
 def lens_rows(

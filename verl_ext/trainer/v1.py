@@ -50,6 +50,7 @@ from verl_ext.trainer.hooks import (
     needs_old_entropy,
     selection_step,
 )
+from verl_ext.trainer.run_log import continuing_file_log
 from verl_ext.trainer.workers import use_verl_ext_actor_worker
 
 
@@ -159,7 +160,8 @@ def v1_trainer_registered(mode: str) -> Iterator[type]:
 
 
 class VerlExtTaskRunnerV1Impl(TaskRunnerV1.__ray_actor_class__):
-    """verl's ``TaskRunnerV1`` (the Ray actor class behind it) running verl_ext's V1 trainer."""
+    """verl's ``TaskRunnerV1`` (the Ray actor class behind it) running verl_ext's V1 trainer, with verl's file log
+    continued on resume (:mod:`verl_ext.trainer.run_log`)."""
 
     def __init__(self) -> None:
         # defined here so that Ray pickles it by reference (see VerlExtTaskRunnerImpl.__init__ in legacy.py)
@@ -167,7 +169,7 @@ class VerlExtTaskRunnerV1Impl(TaskRunnerV1.__ray_actor_class__):
 
     def run(self, config: Any) -> None:
         ensure_registered()
-        with v1_trainer_registered(config.trainer.v1.trainer_mode):
+        with v1_trainer_registered(config.trainer.v1.trainer_mode), continuing_file_log(config):
             super().run(config)
 
 
