@@ -13,9 +13,10 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
+import signal
 import subprocess
 import sys
+import time
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,9 @@ REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "recipe" / "cpu_tiny.sh"
 PROMPTS, N, LENGTH = 4, 4, 8
 """Prompts per step, responses per prompt (GRPO group), response tokens: 16 responses of <= 8 tokens per step."""
+
+STATE = "verl_ext_driver.json"
+"""verl_ext's state file in each ``global_step_<N>`` checkpoint folder."""
 
 COV_RATIO = 0.05
 """Selection ratio of the Clip-Cov / KL-Cov runs: max(1, floor(0.05 * ~100)) = a handful of tokens."""
@@ -332,7 +336,6 @@ def test_autopilot_sets_the_ratio_and_the_lens_writes_the_selection(runs):
 # ----------------------------------------------------------------------------------------------------------
 
 RESUME_OVERRIDES = (
-    "trainer.use_v1=False",
     # greedy rollouts (top-1 sampling) and one response per prompt: the batch of step 2 depends only on the
     # weights after step 1 and the data order, both restored from the checkpoint
     "actor_rollout_ref.rollout.top_k=1",
@@ -341,25 +344,55 @@ RESUME_OVERRIDES = (
     "actor_rollout_ref.actor.policy_loss.clip_cov_ub=100",
     *AUTOPILOT,
     "verl_ext.token_lens.enable=true",
+    # what the recipes set: resume from the latest checkpoint, keep a bounded number of them (here 1)
+    "trainer.save_freq=1",
+    "trainer.resume_mode=auto",
+    "trainer.max_actor_ckpt_to_keep=1",
 )
 
 
-def test_resume_reproduces_step_two_and_its_selection(assets):
-    """Save at step 1, resume with ``trainer.resume_mode=auto`` and continue to step 2: the resumed step 2 is the
-    uninterrupted run's step 2, selection included (the batch-scope selection and the Clip-Cov draws depend
-    only on the batch, the step and the seed), and the entropy autopilot continues with the same integral and
-    ratio (its state is saved with the checkpoint)."""
-    reward = [f"reward.custom_reward_function.path={assets / 'varied_reward.py'}"]
-    whole = train(assets, "resume_whole", "clip_cov", *RESUME_OVERRIDES, *reward, "trainer.save_freq=1", N="1",
-                  LR="1e-4")  # fmt: skip
-    assert (whole.ckpts / "global_step_1" / "actor").is_dir()
-    # the state of a run stopped after step 1: its step-1 checkpoint and tracker, nothing later
-    resumed_dir = assets / "ckpts" / "resume_resumed"
-    shutil.copytree(whole.ckpts / "global_step_1", resumed_dir / "global_step_1")
-    (resumed_dir / "latest_checkpointed_iteration.txt").write_text("1")
-    resumed = train(assets, "resume_resumed", "clip_cov", *RESUME_OVERRIDES, *reward, "trainer.resume_mode=auto",
-                    N="1", LR="1e-4")  # fmt: skip
-    assert sorted(resumed.steps) == [2], "the resumed run must start at step 2"
+def kill_after_checkpoint(root: Path, name: str, overrides: tuple[str, ...], **env: str) -> Run:
+    """Start the recipe in a process group of its own, SIGKILL the whole group as soon as step 1 is over (its
+    checkpoint complete - verl writes the tracker file last - and its metrics logged), and return what is left."""
+    tracker = root / "ckpts" / name / "latest_checkpointed_iteration.txt"
+    log = root / f"{name}.jsonl"
+
+    def step_one_done() -> bool:
+        return tracker.exists() and tracker.read_text().strip() == "1" and log.exists() and b'"step":1' in log.read_bytes()
+
+    proc = subprocess.Popen(["bash", str(RECIPE), "trainer.val_before_train=False", *overrides],
+                            env=recipe_env(root, name, "clip_cov", **env), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, cwd=root, start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 600
+    try:
+        while not step_one_done():
+            assert proc.poll() is None, f"{name}: exited ({proc.returncode}) before its step-1 checkpoint"
+            assert time.monotonic() < deadline, f"{name}: no step-1 checkpoint within 600 s"
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output = proc.communicate()[0]
+    return Run(name, root, output)
+
+
+@pytest.mark.parametrize("use_v1", [False, True], ids=["legacy", "v1"])
+def test_sigkill_after_a_checkpoint_then_the_same_command_resumes_losing_nothing(assets, use_v1):
+    """A run killed with SIGKILL (its whole process group) right after its step-1 checkpoint, then the same command
+    again (``resume_mode=auto``): training resumes at step 2, verl's JSONL keeps step 1 and continues, and step 2
+    is the uninterrupted run's step 2 - the batch-scope selection (its draws depend only on the batch, the step and
+    the seed), the autopilot's integral and ratio (its state went with the checkpoint), the lens's tokens.
+    ``max_actor_ckpt_to_keep=1`` holds for verl_ext's state files as for verl's actor checkpoints."""
+    trainer = "v1" if use_v1 else "legacy"
+    overrides = (*RESUME_OVERRIDES, f"trainer.use_v1={use_v1}",
+                 f"reward.custom_reward_function.path={assets / 'varied_reward.py'}")  # fmt: skip
+    env = {"N": "1", "LR": "1e-4"}
+    whole = train(assets, f"whole_{trainer}", "clip_cov", *overrides, **env)
+    killed = kill_after_checkpoint(assets, f"killed_{trainer}", overrides, **env)
+    assert sorted(killed.steps) == [1], f"killed too late (steps {sorted(killed.steps)}): the test proves nothing"
+    resumed = train(assets, f"killed_{trainer}", "clip_cov", *overrides, **env)
+    assert sorted(resumed.steps) == [1, 2], "the resumed run must continue the killed run's log"
+    assert resumed.steps[1] == killed.steps[1]
+
     assert whole.metric(2, "critic/advantages/max") > whole.metric(2, "critic/advantages/min"), "advantages all equal"
     selection = [k for k in whole.steps[2] if k.startswith("actor/clip_cov/")]
     assert {"actor/clip_cov/batch_selected_frac", "actor/clip_cov/batch_cov_selected_mean"} <= set(selection)
@@ -371,3 +404,12 @@ def test_resume_reproduces_step_two_and_its_selection(assets):
     for key in [*selection, *control, "critic/score/mean", "actor/entropy", "actor/pg_loss", "response_length/mean"]:
         assert resumed.metric(2, key) == whole.metric(2, key), key
     assert lens_rows(resumed)[2] == lens_rows(whole)[2]  # the same tokens, token for token
+
+    # verl_ext's state files follow verl's actor checkpoints: verl deleted step 1's in the uninterrupted run
+    # (max_actor_ckpt_to_keep=1); after a restart verl no longer knows step 1's and keeps it, and so does verl_ext
+    assert not (whole.ckpts / "global_step_1" / "actor").exists()
+    for run in (whole, resumed):
+        for step in (1, 2):
+            folder = run.ckpts / f"global_step_{step}"
+            assert (folder / STATE).is_file() == (folder / "actor").is_dir(), f"{run.name}: {folder}"
+        assert (run.ckpts / "global_step_2" / STATE).is_file()
