@@ -16,6 +16,11 @@ worker's RSS peak) and verl_ext's driver-side selection time (``timing_s/verl_ex
 variant: the median over rounds, and its ratio to the matching verl variant.
 
     python benchmarks/bench_trainer.py --steps 8 --rounds 3 --json benchmarks/results_trainer_cpu.json
+    python benchmarks/bench_trainer.py --gpus-per-node 2 --dynamic --json benchmarks/results_trainer_cpu_2ranks_dynamic.json
+
+``--gpus-per-node 2 --dynamic`` runs the GPU recipes' structure: two training processes and verl's dynamic batch
+size (token budgets that pack each rank's rows into several micro-batches), and adds a fifth variant,
+``verl_ext clip_cov fixed`` (the same run with fixed micro-batches), to compare fixed with dynamic micro-batches.
 
 Needs CPU mode installed (``scripts/install_cpu.sh``); about 2 minutes of start-up per run on 2 cores.
 """
@@ -43,11 +48,26 @@ VERL_ONLY_ARGS = ("hydra.searchpath=[pkg://verl_ext.configs]", "+platform=cpu")
 """verl's entry point with CPU mode's config group (verl's own config does not list it)."""
 
 
-def run_variant(name: str, spec: dict[str, Any], work: Path, steps: int, round_index: int) -> dict[str, Any]:
+DYNAMIC_BSZ = (
+    "actor_rollout_ref.actor.use_dynamic_bsz=True",
+    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=256",
+    "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=384",
+    "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=384",
+)
+"""Dynamic batch size with budgets below a rank's share of a mini-batch (16 prompts x 8 responses of <= 48 tokens)."""
+
+FIXED_VARIANT = {"loss": "clip_cov", "entry": "verl_ext.main_ppo", "baseline": "verl_ext clip_cov", "fixed": True}
+"""With ``--dynamic``: verl_ext's clip_cov with fixed micro-batches, compared with the same run under dynamic ones."""
+
+
+def run_variant(name: str, spec: dict[str, Any], work: Path, steps: int, round_index: int, gpus_per_node: int = 1,
+                dynamic: bool = False) -> dict[str, Any]:
     """One training run of ``spec``; returns its summary figures."""
     variables = {"WORK_DIR": str(work), "ASSETS": "0", "LOSS": spec["loss"], "STEPS": str(steps),
-                 "RECIPE_ENTRY_MODULE": spec["entry"]}  # fmt: skip
+                 "RECIPE_ENTRY_MODULE": spec["entry"], "GPUS_PER_NODE": str(gpus_per_node)}  # fmt: skip
     args = ["trainer.val_before_train=False", f"trainer.test_freq={steps + 1}"]
+    if dynamic and not spec.get("fixed"):
+        args += list(DYNAMIC_BSZ)
     if spec["entry"].startswith("verl."):
         # CPU mode without verl_ext's losses: verl's registry keeps its own clip_cov; forwarded to every worker
         variables["VERL_USE_EXTERNAL_PLUGINS"] = "verl_ext_cpu"
@@ -68,7 +88,7 @@ def summarise(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, A
     for name, runs in results.items():
         table[name] = {key: statistics.median(run[key] for run in runs) for key in ("step_s", "peak_rss_gb", "selection_s")}
     for name, row in table.items():
-        base = VARIANTS[name]["baseline"]
+        base = {**VARIANTS, "verl_ext clip_cov fixed": FIXED_VARIANT}[name]["baseline"]
         if base is not None:
             row["step_ratio"] = row["step_s"] / table[base]["step_s"]
             row["rss_ratio"] = row["peak_rss_gb"] / table[base]["peak_rss_gb"]
@@ -77,7 +97,7 @@ def summarise(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, A
 
 
 def format_table(table: dict[str, dict[str, Any]]) -> str:
-    lines = ["| variant | step s (median) | x verl | actor peak RSS GB | x verl | driver selection s |",
+    lines = ["| variant | step s (median) | x baseline | actor peak RSS GB | x baseline | driver selection s |",
              "| --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
     for name, row in table.items():
         ratio = f"{row['step_ratio']:.3f}" if "step_ratio" in row else "1"
@@ -93,23 +113,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the four variants (3)")
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
     parser.add_argument("--work", type=Path, default=None, help="work folder (a temporary one)")
+    parser.add_argument("--gpus-per-node", type=int, default=1, help="training processes (1)")
+    parser.add_argument("--dynamic", action="store_true", help="dynamic batch size, plus a fixed-micro-batch variant")
     args = parser.parse_args(argv)
-    if args.steps < 3 or args.rounds < 1:
-        parser.error("--steps must be >= 3 and --rounds >= 1")
+    if args.steps < 3 or args.rounds < 1 or args.gpus_per_node not in (1, 2, 4, 8):
+        parser.error("--steps must be >= 3, --rounds >= 1 and --gpus-per-node one of 1, 2, 4, 8")
     from verl_ext.cpu.task import write_assets
     from verl_ext.cpu.machine import machine_info
 
     work = args.work or Path(tempfile.mkdtemp(prefix="verl_ext_bench_trainer_"))
     write_assets(work, target_length=16)
-    results: dict[str, list[dict[str, Any]]] = {name: [] for name in VARIANTS}
+    variants = {**VARIANTS, "verl_ext clip_cov fixed": FIXED_VARIANT} if args.dynamic else dict(VARIANTS)
+    results: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
     for round_index in range(args.rounds):
-        for name, spec in VARIANTS.items():
-            results[name].append(run_variant(name, spec, work, args.steps, round_index))
+        for name, spec in variants.items():
+            results[name].append(run_variant(name, spec, work, args.steps, round_index, args.gpus_per_node, args.dynamic))
             print(f"round {round_index + 1}/{args.rounds} {name}: {results[name][-1]}", flush=True)
     table = summarise(results)
     print(format_table(table))
     if args.json:
         args.json.write_text(json.dumps({"machine": machine_info(), "steps": args.steps, "rounds": args.rounds,
+                                         "gpus_per_node": args.gpus_per_node, "dynamic": args.dynamic,
                                          "runs": results, "summary": table}, indent=2))  # fmt: skip
     return 0
 
