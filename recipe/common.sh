@@ -25,6 +25,9 @@
 #   PYTHON           interpreter (python3)
 #   DRY_RUN=1        run the exact command with verl_ext.dry_run=true: compose + validate, no Ray/GPU
 #   PRINT_CMD=1      print the exact command (shell-quoted) and exit without running it
+#   SCALE            gpu (default): the recipe as written, for a GPU cluster. cpu: the same script, the same
+#                    settings, in CPU mode on one machine with only sizes changed (see recipe_scale_cpu below;
+#                    it prints every value it changes); how CI runs every GPU recipe
 # Every argument of the recipe script is appended to the command as a Hydra override.
 
 RECIPE_ARGS=()
@@ -62,9 +65,114 @@ recipe_hydra_list() {
     echo "[$joined]"
 }
 
+# ---------------------------------------------------------------------------------------------------------------
+# SCALE=cpu: a GPU recipe on one CPU machine. Only sizes change; every other setting of the recipe (trainer,
+# dynamic batch size, data parallelism over GPUS_PER_NODE=2 training processes, gradient checkpointing, DAPO's
+# dynamic sampling, reward manager and overlong buffer, verl's gsm8k / math_dapo scorers, n > 1 validation) runs as
+# written. Sizes: SCALE_DIR (./recipe_cpu) holds the model, the data and the run logs; the data are synthetic
+# problems written in GSM8K's / DAPO-Math-17k's / AIME's hub formats and prepared by scripts/data/prepare_*.py; the
+# model is a tiny Qwen2 warmed up to solve some of them (python -m verl_ext.cpu.math_assets). Variables: STEPS (3;
+# the learning-rate warm-up is shortened to 1 step, which verl runs at lr 0), PROMPTS (4 per step), N (4 responses
+# each), VAL_N (2), LR (2e-3: a tiny model needs a large step to move within a few updates), ASSETS (1: build what
+# SCALE_DIR lacks).
+# ---------------------------------------------------------------------------------------------------------------
+
+SCALE_ARGS=()
+
+# recipe_scale_defaults: before the family's defaults: SCALE=cpu's variables.
+recipe_scale_defaults() {
+    : "${SCALE:=gpu}"
+    case "$SCALE" in
+        gpu) return 0 ;;
+        cpu) ;;
+        *) recipe_die "SCALE='$SCALE' is invalid: allowed gpu (the recipe as written) or cpu (CPU mode, sizes shrunk)" ;;
+    esac
+    : "${SCALE_DIR:=$PWD/recipe_cpu}"
+    [[ "$SCALE_DIR" = /* ]] || SCALE_DIR="$PWD/$SCALE_DIR"
+    : "${DATA_DIR:=$SCALE_DIR/data}"
+    : "${MODEL_PATH:=$SCALE_DIR/model}"
+    : "${NNODES:=1}"
+    : "${GPUS_PER_NODE:=2}"
+    : "${GEN_TP:=1}"
+    : "${MAX_PROMPT_LENGTH:=96}"
+    : "${MAX_RESPONSE_LENGTH:=16}"
+    : "${LOGGERS:=console,file}"
+    : "${CKPTS_DIR:=$SCALE_DIR/ckpts/${EXP_NAME:?recipe bug: EXP_NAME has no default}}"
+    : "${STEPS:=3}"
+    : "${PROMPTS:=4}"
+    : "${N:=4}"
+    : "${VAL_N:=2}"
+    : "${LR:=2e-3}"
+    : "${ASSETS:=1}"
+    recipe_require_int STEPS 1
+    recipe_require_int PROMPTS 2
+    recipe_require_int N 2
+    recipe_require_int VAL_N 1
+    recipe_require_flag ASSETS
+    [[ "$LR" =~ ^[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?$ ]] || recipe_die "LR='$LR' is invalid: allowed a positive number, e.g. 5e-3"
+    export VERL_PLATFORM=cpu
+    export VERL_FILE_LOGGER_PATH="${VERL_FILE_LOGGER_PATH:-$SCALE_DIR/$EXP_NAME.jsonl}"
+}
+
+# recipe_scale_cpu: after the family's and the loss's settings: the size overrides (SCALE_ARGS, placed before the
+# script's own arguments, which still win) and the assets; prints what it changes.
+recipe_scale_cpu() {
+    [[ "${SCALE:-gpu}" == cpu ]] || return 0
+    local tokens=$((MAX_PROMPT_LENGTH + MAX_RESPONSE_LENGTH)) world=$((NNODES * GPUS_PER_NODE))
+    (( PROMPTS % 2 == 0 && (PROMPTS * N / 2) % world == 0 )) \
+        || recipe_die "PROMPTS=$PROMPTS x N=$N is invalid for $world training processes: two mini-batches whose responses divide by NNODES x GPUS_PER_NODE"
+    SCALE_ARGS=(
+        "data.train_batch_size=$PROMPTS"
+        "actor_rollout_ref.actor.ppo_mini_batch_size=$((PROMPTS / 2))"
+        "actor_rollout_ref.rollout.n=$N"
+        "actor_rollout_ref.rollout.val_kwargs.n=$VAL_N"
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=$((tokens * 2))"
+        "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=$((tokens * 3))"
+        "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=$((tokens * 3))"
+        "actor_rollout_ref.rollout.max_num_batched_tokens=$((tokens * 8))"
+        "actor_rollout_ref.actor.optim.lr=$LR"
+        actor_rollout_ref.actor.optim.lr_warmup_steps=1
+        "trainer.total_training_steps=$STEPS"
+        "trainer.test_freq=$STEPS"
+        data.dataloader_num_workers=0
+        "++ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH=$VERL_FILE_LOGGER_PATH"
+    )
+    {
+        echo "SCALE=cpu: CPU mode (VERL_PLATFORM=cpu), $NNODES node x $GPUS_PER_NODE training processes, model $MODEL_PATH,"
+        echo "  data $DATA_DIR, prompt/response $MAX_PROMPT_LENGTH/$MAX_RESPONSE_LENGTH tokens, run log $VERL_FILE_LOGGER_PATH;"
+        echo "  size overrides: ${SCALE_ARGS[*]}"
+    } >&2
+    if [[ "$ASSETS" == 1 && "$PRINT_CMD" == 0 ]]; then
+        recipe_scale_assets
+    fi
+}
+
+# recipe_scale_assets: the synthetic sources, their preparation by scripts/data/, the warmed-up tiny model (each
+# only when missing).
+recipe_scale_assets() {
+    local here data_scripts src="$SCALE_DIR/sources"
+    here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+    data_scripts="$here/../scripts/data"
+    if [[ ! -e "$DATA_DIR/dapo-math-17k.parquet" || ! -e "$DATA_DIR/gsm8k-test.parquet" || ! -e "$DATA_DIR/aime-2025.parquet" ]]; then
+        "$PYTHON" -m verl_ext.cpu.math_assets sources --out "$src" >&2 || recipe_die "writing the synthetic sources to $src failed"
+        {
+            HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_DATASETS_CACHE="$SCALE_DIR/hf_cache" "$PYTHON" "$data_scripts/prepare_gsm8k.py" --no-progress --output-dir "$DATA_DIR" --local-path "$src/gsm8k/train.jsonl" --splits train \
+            && HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_DATASETS_CACHE="$SCALE_DIR/hf_cache" "$PYTHON" "$data_scripts/prepare_gsm8k.py" --no-progress --output-dir "$DATA_DIR" --local-path "$src/gsm8k/test.jsonl" --splits test \
+            && HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_DATASETS_CACHE="$SCALE_DIR/hf_cache" "$PYTHON" "$data_scripts/prepare_dapo_math.py" --no-progress --output-dir "$DATA_DIR" --local-path "$src/dapo-math-17k.parquet" \
+            && HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_DATASETS_CACHE="$SCALE_DIR/hf_cache" "$PYTHON" "$data_scripts/prepare_aime.py" --year 2024 --no-progress --output-dir "$DATA_DIR" --local-path "$src/aime-2024.jsonl" \
+            && HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_DATASETS_CACHE="$SCALE_DIR/hf_cache" "$PYTHON" "$data_scripts/prepare_aime.py" --year 2025 --no-progress --output-dir "$DATA_DIR" --local-path "$src/aime-2025.jsonl"
+        } >&2 || recipe_die "preparing the synthetic sources with scripts/data/prepare_*.py into $DATA_DIR failed"
+    fi
+    if [[ ! -e "$MODEL_PATH/warmup.json" ]]; then
+        "$PYTHON" -m verl_ext.cpu.math_assets model --data-dir "$DATA_DIR" --out "$MODEL_PATH" >&2 \
+            || recipe_die "building the tiny model in $MODEL_PATH failed"
+    fi
+}
+
 # recipe_defaults NNODES MODEL TRAIN VAL PROJECT GEN_TP: fill unset variables, validate all.
 # TRAIN and VAL are file names inside DATA_DIR (VAL comma-separated).
 recipe_defaults() {
+    recipe_scale_defaults
     : "${DATA_DIR:=$HOME/data/verl_ext}"
     : "${NNODES:=$1}"
     : "${GPUS_PER_NODE:=8}"
@@ -264,6 +372,7 @@ recipe_dapo_base() {
 # NNODES x GPUS_PER_NODE (1 x 1) training processes (Ray's logical GPU slots in CPU mode);
 # RAY_ADDRESS joins a running Ray cluster (e.g. scripts/cluster/ray_head.sh) instead of starting a local one.
 recipe_cpu_base() {
+    [[ -z "${SCALE-}" ]] || recipe_die "SCALE='$SCALE' is for the GPU recipes (recipe/gsm8k_*.sh, recipe/dapo_*.sh); cpu_tiny.sh always runs in CPU mode: unset it"
     : "${WORK_DIR:=$PWD/cpu_tiny}"
     : "${STEPS:=30}"
     : "${RESPONSE_LENGTH:=16}"
@@ -377,9 +486,24 @@ recipe_loss() {
     esac
 }
 
+# recipe_kl_clip METHOD THRESHOLD: the actor's KL loss against the reference model (low_var_kl, coefficient 0.1,
+# verl's default estimator for GRPO) with verl_ext's KL clipping: METHOD hard or soft, THRESHOLD nats per token
+# (use_per_token_kl_threshold: the threshold of a response is THRESHOLD x its length).
+recipe_kl_clip() {
+    RECIPE_ARGS+=(
+        actor_rollout_ref.actor.use_kl_loss=True
+        actor_rollout_ref.actor.kl_loss_type=low_var_kl
+        actor_rollout_ref.actor.kl_loss_coef=0.1
+        "actor_rollout_ref.actor.kl_clip_method=$1"
+        "actor_rollout_ref.actor.kl_clip_threshold=$2"
+        actor_rollout_ref.actor.use_per_token_kl_threshold=True
+    )
+}
+
 # recipe_run "$@": run (or dry-run, or print) python -m verl_ext.main_ppo with RECIPE_ARGS + overrides.
 recipe_run() {
-    local cmd=("$PYTHON" -m "${RECIPE_ENTRY_MODULE:-verl_ext.main_ppo}" "${RECIPE_ARGS[@]}" "$@")
+    recipe_scale_cpu
+    local cmd=("$PYTHON" -m "${RECIPE_ENTRY_MODULE:-verl_ext.main_ppo}" "${RECIPE_ARGS[@]}" "${SCALE_ARGS[@]}" "$@")
     if [[ "$DRY_RUN" == 1 ]]; then
         cmd+=(verl_ext.dry_run=true)
     fi

@@ -28,6 +28,9 @@ RECIPES: dict[str, tuple[str, dict[str, str]]] = {
                                       PREFIX + "clip_ratio_low": "1.0", PREFIX + "clip_ratio_high": "1.0"}),
     "gsm8k_grpo_kl_cov": ("gsm8k", {LOSS + "loss_mode": "kl_cov", LOSS + "kl_cov_ratio": "0.002",
                                     LOSS + "ppo_kl_coef": "1.0"}),
+    "gsm8k_grpo_kl_clip": ("gsm8k", {LOSS + "loss_mode": "vanilla", PREFIX + "use_kl_loss": "True",
+                                     PREFIX + "kl_clip_method": "soft", PREFIX + "kl_clip_threshold": "0.1",
+                                     PREFIX + "use_per_token_kl_threshold": "True", PREFIX + "kl_loss_coef": "0.1"}),
     "gsm8k_grpo_erc": ("gsm8k", {LOSS + "loss_mode": "grpo_erc", LOSS + "entropy_mask_low": "0.95",
                                  LOSS + "entropy_mask_high": "1.05", PREFIX + "clip_ratio_c": "10.0"}),
     "dapo_baseline": ("dapo", {LOSS + "loss_mode": "vanilla", PREFIX + "clip_ratio_low": "0.2",
@@ -73,7 +76,7 @@ def base_env(tmp_path: Path) -> dict[str, str]:
                  "WANDB_API_KEY", "WANDB_MODE", "LOSS", "SMOKE_DIR", "NETRC", "COV_RATIO", "WORK_DIR", "STEPS",
                  "RESPONSE_LENGTH", "PROMPTS", "N", "LR", "SEED", "ASSETS", "RAY_ADDRESS", "VERL_PLATFORM",
                  "VERL_FILE_LOGGER_PATH", "MAX_PROMPT_LENGTH", "MAX_RESPONSE_LENGTH", "OVERLONG_BUFFER",
-                 "MAX_NUM_GEN_BATCHES"):  # fmt: skip
+                 "MAX_NUM_GEN_BATCHES", "SCALE", "SCALE_DIR", "VAL_N"):  # fmt: skip
         env.pop(name, None)
     env["HOME"] = str(tmp_path)
     env["PYTHON"] = sys.executable

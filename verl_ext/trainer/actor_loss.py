@@ -74,9 +74,9 @@ def policy_metrics(pg_metrics: dict[str, Any], response_mask: torch.Tensor, data
     total = data["batch_num_tokens"]
     if total is None:
         return metrics
-    weight = response_mask.sum() / total * data["dp_size"]
+    weight = response_mask.sum().to(torch.float64) / total * data["dp_size"]
     for key in TOKEN_MEAN_METRICS & pg_metrics.keys():
-        metrics[key] = Metric(value=pg_metrics[key] * weight, aggregation=AggregationType.SUM)
+        metrics[key] = Metric(value=pg_metrics[key].to(torch.float64) * weight, aggregation=AggregationType.SUM)
     return metrics
 
 

