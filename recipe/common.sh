@@ -73,7 +73,7 @@ recipe_hydra_list() {
 # problems written in GSM8K's / DAPO-Math-17k's / AIME's hub formats and prepared by scripts/data/prepare_*.py; the
 # model is a tiny Qwen2 warmed up to solve some of them (python -m verl_ext.cpu.math_assets). Variables: STEPS (3;
 # the learning-rate warm-up is shortened to 1 step, which verl runs at lr 0), PROMPTS (4 per step), N (4 responses
-# each), VAL_N (2), LR (2e-3: a tiny model needs a large step to move within a few updates), ASSETS (1: build what
+# each), VAL_N (2, for DAPO's sampled validation; GSM8K validates greedily, n = 1), LR (2e-3: a tiny model needs a large step to move within a few updates), ASSETS (1: build what
 # SCALE_DIR lacks).
 # ---------------------------------------------------------------------------------------------------------------
 
@@ -95,7 +95,7 @@ recipe_scale_defaults() {
     : "${GPUS_PER_NODE:=2}"
     : "${GEN_TP:=1}"
     : "${MAX_PROMPT_LENGTH:=96}"
-    : "${MAX_RESPONSE_LENGTH:=16}"
+    : "${MAX_RESPONSE_LENGTH:=8}"
     : "${LOGGERS:=console,file}"
     : "${CKPTS_DIR:=$SCALE_DIR/ckpts/${EXP_NAME:?recipe bug: EXP_NAME has no default}}"
     : "${STEPS:=3}"
@@ -125,7 +125,6 @@ recipe_scale_cpu() {
         "data.train_batch_size=$PROMPTS"
         "actor_rollout_ref.actor.ppo_mini_batch_size=$((PROMPTS / 2))"
         "actor_rollout_ref.rollout.n=$N"
-        "actor_rollout_ref.rollout.val_kwargs.n=$VAL_N"
         "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=$((tokens * 2))"
         "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=$((tokens * 3))"
         "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=$((tokens * 3))"
@@ -137,6 +136,9 @@ recipe_scale_cpu() {
         data.dataloader_num_workers=0
         "++ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH=$VERL_FILE_LOGGER_PATH"
     )
+    if [[ -n "${RECIPE_VAL_N-}" ]]; then  # sampled validation (DAPO's n = 32): VAL_N samples; greedy (GSM8K) stays n = 1
+        SCALE_ARGS+=("actor_rollout_ref.rollout.val_kwargs.n=$VAL_N")
+    fi
     {
         echo "SCALE=cpu: CPU mode (VERL_PLATFORM=cpu), $NNODES node x $GPUS_PER_NODE training processes, model $MODEL_PATH,"
         echo "  data $DATA_DIR, prompt/response $MAX_PROMPT_LENGTH/$MAX_RESPONSE_LENGTH tokens, run log $VERL_FILE_LOGGER_PATH;"
@@ -325,6 +327,7 @@ recipe_dapo_base() {
     (( OVERLONG_BUFFER < MAX_RESPONSE_LENGTH )) || recipe_die "OVERLONG_BUFFER=$OVERLONG_BUFFER is invalid: allowed \
 1 <= OVERLONG_BUFFER < MAX_RESPONSE_LENGTH=$MAX_RESPONSE_LENGTH (the penalty starts MAX_RESPONSE_LENGTH - OVERLONG_BUFFER tokens in)"
     local max_prompt=$MAX_PROMPT_LENGTH max_response=$MAX_RESPONSE_LENGTH
+    RECIPE_VAL_N=32
     recipe_common_args
     RECIPE_ARGS+=(
         reward.reward_manager.name=dapo
@@ -347,7 +350,7 @@ recipe_dapo_base() {
         actor_rollout_ref.rollout.val_kwargs.do_sample=True
         actor_rollout_ref.rollout.val_kwargs.temperature=1.0
         actor_rollout_ref.rollout.val_kwargs.top_p=0.7
-        actor_rollout_ref.rollout.val_kwargs.n=32
+        "actor_rollout_ref.rollout.val_kwargs.n=$RECIPE_VAL_N"
         actor_rollout_ref.actor.optim.lr=1e-6
         actor_rollout_ref.actor.optim.lr_warmup_steps=10
         actor_rollout_ref.actor.optim.weight_decay=0.1

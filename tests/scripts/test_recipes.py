@@ -172,6 +172,45 @@ def test_lengths_and_the_overlong_buffer_follow_the_environment(tmp_path):
     assert (values["data.max_prompt_length"], values["data.max_response_length"]) == ("128", "512")
 
 
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_scale_cpu_changes_sizes_only_and_says_so(name, tmp_path):
+    """SCALE=cpu: the recipe's own command with size overrides inserted before the script's arguments (which still
+    win); every key the recipe sets that SCALE=cpu does not list keeps the recipe's value."""
+    env = base_env(tmp_path)
+    gpu = command(RECIPE_DIR / f"{name}.sh", "trainer.total_training_steps=9", env=env)
+    res = run_script(RECIPE_DIR / f"{name}.sh", "trainer.total_training_steps=9",
+                     env={**env, "SCALE": "cpu", "SCALE_DIR": str(tmp_path / "s"), "PRINT_CMD": "1"})
+    assert res.returncode == 0, res.stderr
+    assert "SCALE=cpu: CPU mode (VERL_PLATFORM=cpu), 1 node x 2 training processes" in res.stderr
+    cpu = shlex.split(res.stdout)
+    assert cpu[-1] == "trainer.total_training_steps=9"  # the user's override is still last
+    sizes = {"data.train_batch_size", PREFIX + "ppo_mini_batch_size", "actor_rollout_ref.rollout.n",
+             "actor_rollout_ref.rollout.val_kwargs.n", PREFIX + "ppo_max_token_len_per_gpu",
+             "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
+             "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu", "actor_rollout_ref.rollout.max_num_batched_tokens",
+             PREFIX + "optim.lr", PREFIX + "optim.lr_warmup_steps", "trainer.test_freq", "data.dataloader_num_workers",
+             "ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH", "trainer.nnodes", "trainer.n_gpus_per_node",
+             "actor_rollout_ref.model.path", "data.train_files", "data.val_files", "trainer.default_local_dir",
+             "data.max_prompt_length", "data.max_response_length", "reward.reward_kwargs.max_resp_len",
+             "reward.reward_kwargs.overlong_buffer_cfg.len", "trainer.logger",
+             "actor_rollout_ref.rollout.tensor_model_parallel_size", "ray_kwargs.ray_init.runtime_env.env_vars.WANDB_MODE"}  # fmt: skip
+    gpu_values, cpu_values = effective(gpu), effective(cpu)
+    changed = {key for key in gpu_values.keys() | cpu_values.keys() if gpu_values.get(key) != cpu_values.get(key)}
+    assert changed <= sizes, sorted(changed - sizes)
+    assert cpu_values["trainer.n_gpus_per_node"] == "2" and cpu_values["data.train_batch_size"] == "4"
+    assert cpu_values[PREFIX + "use_dynamic_bsz"] == "True"
+
+
+def test_scale_values_are_checked(tmp_path):
+    env = {**base_env(tmp_path), "PRINT_CMD": "1"}
+    res = run_script(RECIPE_DIR / "dapo_kl_cov.sh", env={**env, "SCALE": "tpu"})
+    assert res.returncode == 2 and "SCALE='tpu' is invalid: allowed gpu" in res.stderr
+    res = run_script(RECIPE_DIR / "cpu_tiny.sh", env={**env, "SCALE": "cpu"})
+    assert res.returncode == 2 and "cpu_tiny.sh always runs in CPU mode" in res.stderr
+    res = run_script(RECIPE_DIR / "dapo_kl_cov.sh", env={**env, "SCALE": "cpu", "PROMPTS": "3"})
+    assert res.returncode == 2 and "PROMPTS=3 x N=4 is invalid for 2 training processes" in res.stderr
+
+
 def test_wandb_goes_offline_without_a_key(tmp_path):
     key = "ray_kwargs.ray_init.runtime_env.env_vars.WANDB_MODE"
     res = run_script(RECIPE_DIR / "gsm8k_grpo_vanilla.sh", env={**base_env(tmp_path), "PRINT_CMD": "1"})

@@ -1,0 +1,84 @@
+"""``verl_ext.cpu.math_assets`` (the assets of ``SCALE=cpu``): synthetic sources in the hub formats go through the
+project's ``scripts/data/prepare_*.py`` into rows verl's own scorers grade, and the tiny model's tokenizer encodes
+every prepared prompt and answer without losing a character (its vocabulary is closed: unknown characters would be
+dropped silently). The warm-up itself runs in tests/e2e/test_recipes_cpu.py, through the recipes."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DATA_SCRIPTS = REPO / "scripts" / "data"
+
+
+def prepare(script: str, *args: str, tmp: Path) -> None:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_DATASETS_CACHE": str(tmp / "hf_cache")}
+    proc = subprocess.run([sys.executable, str(DATA_SCRIPTS / script), "--no-progress", "--output-dir", str(tmp / "data"),
+                           *args], capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from verl_ext.cpu.math_assets import write_sources
+
+    tmp = tmp_path_factory.mktemp("math_assets")
+    src = write_sources(tmp / "src", train=64, test=8, seed=3)
+    prepare("prepare_gsm8k.py", "--local-path", src["gsm8k_train"], "--splits", "train", tmp=tmp)
+    prepare("prepare_gsm8k.py", "--local-path", src["gsm8k_test"], "--splits", "test", tmp=tmp)
+    prepare("prepare_dapo_math.py", "--local-path", src["dapo_math"], tmp=tmp)
+    prepare("prepare_aime.py", "--year", "2024", "--local-path", src["aime2024"], tmp=tmp)
+    prepare("prepare_aime.py", "--year", "2025", "--local-path", src["aime2025"], tmp=tmp)
+    return tmp / "data"
+
+
+def _oracle(text: str) -> str:
+    """The answer of "What is <a> <op> <b>?" computed here from the words."""
+    a, op, b = re.search(r"What is (\d) (plus|times|minus) (\d)\?", text).groups()
+    return str({"plus": int(a) + int(b), "times": int(a) * int(b), "minus": int(a) - int(b)}[op])
+
+
+@pytest.mark.parametrize(("name", "source", "rows"), [("gsm8k-train", "openai/gsm8k", 64), ("gsm8k-test", "openai/gsm8k", 8),
+                                                      ("dapo-math-17k", "math_dapo", 64), ("aime-2024", "aime2024", 4),
+                                                      ("aime-2025", "aime2025", 4)])  # fmt: skip
+def test_prepared_rows_are_graded_by_verls_scorers(prepared, name, source, rows):
+    from verl.utils.reward_score import default_compute_score
+
+    from verl_ext.cpu.math_assets import target_response
+
+    frame = pd.read_parquet(prepared / f"{name}.parquet")
+    assert len(frame) == rows and set(frame["data_source"]) == {source}
+    for row in frame.to_dict("records"):
+        question = row["prompt"][-1]["content"]
+        truth = row["reward_model"]["ground_truth"]
+        assert truth == _oracle(question)
+        right = default_compute_score(source, target_response(source, truth), truth)
+        wrong = default_compute_score(source, target_response(source, str(int(truth) + 1)), truth)
+        right, wrong = (r["score"] if isinstance(r, dict) else r for r in (right, wrong))
+        assert (right, wrong) == ((1.0, 0.0) if source == "openai/gsm8k" else (1.0, -1.0))
+    if source != "openai/gsm8k":  # the DAPO instruction, as in the hub's DAPO-Math-17k prompts
+        assert question.startswith("Solve the following math problem step by step.")
+        assert question.endswith('Remember to put your answer on its own line after "Answer:".')
+
+
+def test_tokenizer_round_trips_every_prompt_and_answer(prepared, tmp_path):
+    from verl_ext.cpu.math_assets import EVAL_FILES, TRAIN_FILES, _messages, _prepared, target_response, vocabulary
+    from verl_ext.cpu.tiny_model import build_tokenizer
+
+    rows = _prepared(prepared, TRAIN_FILES + EVAL_FILES)
+    texts = [m["content"] for row in rows for m in _messages(row)]
+    answers = [target_response(r["data_source"], r["reward_model"]["ground_truth"]) for r in rows]
+    tokenizer = build_tokenizer(vocabulary(texts + answers))
+    for text in texts + answers:
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        assert tokenizer.decode(ids) == text
+        assert tokenizer.unk_token_id not in ids
+    dapo = next(t for t in texts if t.startswith("Solve"))
+    assert len(tokenizer(dapo, add_special_tokens=False)["input_ids"]) < 96 - 10  # fits SCALE=cpu's prompt length
