@@ -145,3 +145,17 @@ def test_batch_scope_same_gradient_on_two_gloo_ranks(loss, tmp_path):
     out = tmp_path / "grad.pt"
     mp.spawn(_dp_worker, args=(2, _free_port(), loss, 2, str(out)), nprocs=2, join=True)
     torch.testing.assert_close(torch.load(out), single, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("loss", ["clip_cov", "kl_cov"])
+def test_batch_selection_follows_the_rows_when_they_are_reordered(loss):
+    """verl's V1 trainer orders a batch's rows as their rollouts finish, differently from run to run: the selection
+    of a permuted batch is the permuted selection (Clip-Cov's draw keys on the row's content, not its index)."""
+    _, _, _, old, adv, mask = make_batch(seed=4)
+    cfg = config(loss, "batch")
+    selected = select_tokens_for_batch(loss, adv, old, mask, cfg, step=3)
+    assert 0 < int(selected.sum()) < int(mask.sum())
+    for seed in range(3):
+        perm = torch.randperm(old.shape[0], generator=torch.Generator().manual_seed(seed))
+        again = select_tokens_for_batch(loss, adv[perm], old[perm], mask[perm], cfg, step=3)
+        assert torch.equal(again, selected[perm]), seed

@@ -12,8 +12,8 @@ and selects
 
 Everything here stays on the device: the budget ``k`` is a 0-d tensor and top-k runs with its static
 upper bound (from the tensor shape), keeping the first ``k`` (exactly ``k`` tokens), and the randomness is a counter-based hash
-of ``(seed, position, bits of the old log-prob)`` - reproducible, independent of the global RNG and
-traceable by ``torch.compile(fullgraph=True)``.
+of ``(seed, row fingerprint, column, bits of the old log-prob)`` - reproducible, independent of the global RNG
+and of the order of the batch's rows, and traceable by ``torch.compile(fullgraph=True)``.
 
 :func:`select_tokens_for_batch` applies the selection to a whole training batch (the paper's scope); the
 trainer stores the mask as batch field ``cov_selected`` and every micro-batch applies its slice.
@@ -65,17 +65,26 @@ def _mix32(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def token_hash(seed: int, key: torch.Tensor) -> torch.Tensor:
-    """A 32-bit hash (int64 tensor) of ``(seed, position, float32 bits of key)`` for each element of 2-D ``key``.
+def token_hash(seed: int, key: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """A 32-bit hash (int64 tensor) of ``(seed, row, column, float32 bits of key)`` for each element of 2-D ``key``.
 
-    Counter-based: the same inputs give the same values on any device, and no ``torch.Generator`` (hence
-    no global RNG state, and nothing ``torch.compile`` cannot trace) is involved.
+    The row enters through a fingerprint of its own valid values (their bits and columns; ``mask`` marks the
+    valid ones, all if ``None``), not through its index: permuting the rows of a batch permutes the hashes with
+    them. verl's V1 trainer orders a batch's rows as its rollouts finish, which differs from run to run; the
+    draw follows the tokens, not their place. Counter-based: the same inputs give the same values on any device,
+    and no ``torch.Generator`` (hence no global RNG state, and nothing ``torch.compile`` cannot trace) is involved.
     """
     seed_mix = (seed * 0x9E3779B9 + 0x7F4A7C15) & _MASK32
-    h = torch.arange(key.numel(), device=key.device, dtype=torch.int64).reshape(key.shape)
-    h ^= seed_mix
-    h += key.detach().to(torch.float32).contiguous().view(torch.int32).to(torch.int64)
-    h.bitwise_and_(_MASK32)
+    bits = key.detach().to(torch.float32).contiguous().view(torch.int32).to(torch.int64).bitwise_and(_MASK32)
+    if mask is not None:
+        bits = torch.where(mask.bool(), bits, 0)
+    column = torch.arange(key.shape[-1], device=key.device, dtype=torch.int64).mul(0x85EBCA6B).bitwise_and(_MASK32)
+    per_token = _mix32((bits ^ column).bitwise_and(_MASK32))
+    if mask is not None:
+        per_token = torch.where(mask.bool(), per_token, 0)
+    row = per_token.sum(dim=-1, keepdim=True).bitwise_and(_MASK32)
+    h = ((column ^ seed_mix) + bits).bitwise_and(_MASK32)
+    h = _mix32(h) ^ row
     return _mix32(h)
 
 
@@ -130,11 +139,12 @@ def clip_cov_select(
 ) -> torch.Tensor:
     """Clip-Cov: ``max(1, floor(ratio*N))`` random tokens among ``candidates & lb < cov < ub``.
 
-    The priority ``hash << 31 | position`` is unique per token, so the draw has no ties.
+    The priority ``hash << 31 | position`` is unique per token, so the draw has no ties; the hash does not depend
+    on the row order (:func:`token_hash`), so neither does the draw, except between identical rows.
     """
     eligible = candidates & (cov > lb) & (cov < ub)
     pos = torch.arange(key.numel(), device=key.device, dtype=torch.int64).reshape(key.shape)
-    priority = (token_hash(seed, key) << 31) | pos
+    priority = (token_hash(seed, key, mask) << 31) | pos
     return rank_select(priority, eligible, ratio, mask, sentinel=2**63 - 1)
 
 
