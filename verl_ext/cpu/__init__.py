@@ -9,6 +9,7 @@
 | ``plugin`` | ``verl.plugins`` entry point ``verl_ext_cpu``: CPU mode in every process that imports verl |
 | ``task`` | the toy verifiable task of the CPU recipe and the demo (data, reward, assets) |
 | ``tiny_model`` | a tiny random Qwen2 and its tokenizer, built locally |
+| ``math_assets`` | ``SCALE=cpu``'s assets: synthetic problems in GSM8K / DAPO-Math-17k / AIME hub formats, a warmed-up tiny model |
 | ``engine`` | ``CpuActor``: verl's FSDP2 ``TrainingWorker`` in this process (tests, demo, benchmarks) |
 | ``machine`` | what machine a measurement came from |
 
