@@ -36,11 +36,10 @@ def make_batch(seed: int = 0):
     return feats, w0, w, old, adv, mask
 
 
-def config(loss: str, scope: str):
-    pl = PolicyLossConfig(
-        loss_mode=loss, cov_scope=scope, clip_cov_ratio=0.05, clip_cov_lb=-1.0, clip_cov_ub=1.0,
-        kl_cov_ratio=0.05, ppo_kl_coef=1.0, cov_seed=3,
-    )
+def config(loss: str, scope: str, **overrides):
+    values = dict(loss_mode=loss, cov_scope=scope, clip_cov_ratio=0.05, clip_cov_lb=-1.0, clip_cov_ub=1.0,
+                  kl_cov_ratio=0.05, ppo_kl_coef=1.0, cov_seed=3)  # fmt: skip
+    pl = PolicyLossConfig(**{**values, **overrides})
     return O.actor_config(pl, 0.2, 0.2)
 
 
@@ -159,3 +158,20 @@ def test_batch_selection_follows_the_rows_when_they_are_reordered(loss):
         perm = torch.randperm(old.shape[0], generator=torch.Generator().manual_seed(seed))
         again = select_tokens_for_batch(loss, adv[perm], old[perm], mask[perm], cfg, step=3)
         assert torch.equal(again, selected[perm]), seed
+
+
+def test_clip_cov_draw_keyed_on_token_ids_ignores_the_old_log_probs_rounding():
+    """The old-log-prob pass's low bits change with the number of GPUs and the micro-batching. Keyed on the response
+    token ids (what verl_ext's trainers pass), Clip-Cov draws the same tokens from log-probs one float32 step apart
+    (covariance bounds wide enough that every token is a candidate); keyed on the log-probs' bits it does not."""
+    _, _, _, old, adv, mask = make_batch(seed=5)
+    old = old.to(torch.float32)
+    nudged = torch.nextafter(old, torch.zeros_like(old))
+    tokens = torch.randint(5, 30_000, old.shape, generator=torch.Generator().manual_seed(1))
+    cfg = config("clip_cov", "batch", clip_cov_ratio=0.2, clip_cov_lb=-1e9, clip_cov_ub=1e9)
+    by_tokens = [select_tokens_for_batch("clip_cov", adv, lp, mask, cfg, step=2, key=tokens) for lp in (old, nudged)]
+    assert torch.equal(*by_tokens)
+    by_bits = [select_tokens_for_batch("clip_cov", adv, lp, mask, cfg, step=2) for lp in (old, nudged)]
+    assert not torch.equal(*by_bits)
+    with pytest.raises(ValueError, match="key shaped"):
+        select_tokens_for_batch("clip_cov", adv, old, mask, cfg, step=2, key=tokens[:, :-1])

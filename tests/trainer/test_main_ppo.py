@@ -454,6 +454,7 @@ def v1_put_batch(tq, tag: str):
     fields = TensorDict({
         "input_ids": _nested([torch.randint(5, 100, (p + r,), generator=g) for p, r in zip(PROMPT_LENS, RESPONSE_LENS)]),
         "response_mask": _nested([torch.ones(r, dtype=torch.int64) for r in RESPONSE_LENS]),
+        "responses": _nested([torch.randint(5, 100, (r,), generator=g) for r in RESPONSE_LENS]),
         "advantages": _nested([torch.randn(r, generator=g) for r in RESPONSE_LENS]),
         "row_id": torch.arange(len(keys)),
     }, batch_size=len(keys))  # fmt: skip

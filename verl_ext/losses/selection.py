@@ -12,8 +12,9 @@ and selects
 
 Everything here stays on the device: the budget ``k`` is a 0-d tensor and top-k runs with its static
 upper bound (from the tensor shape), keeping the first ``k`` (exactly ``k`` tokens), and the randomness is a counter-based hash
-of ``(seed, row fingerprint, column, bits of the old log-prob)`` - reproducible, independent of the global RNG
-and of the order of the batch's rows, and traceable by ``torch.compile(fullgraph=True)``.
+of ``(seed, row fingerprint, column, token id)`` in batch scope (the bits of the old log-prob inside a loss call,
+which has no token ids) - reproducible, independent of the global RNG, of the order of the batch's rows and of
+the old-log-prob pass's rounding, and traceable by ``torch.compile(fullgraph=True)``.
 
 :func:`select_tokens_for_batch` applies the selection to a whole training batch (the paper's scope); the
 trainer stores the mask as batch field ``cov_selected`` and every micro-batch applies its slice.
@@ -66,7 +67,8 @@ def _mix32(x: torch.Tensor) -> torch.Tensor:
 
 
 def token_hash(seed: int, key: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """A 32-bit hash (int64 tensor) of ``(seed, row, column, float32 bits of key)`` for each element of 2-D ``key``.
+    """A 32-bit hash (int64 tensor) of ``(seed, row, column, key)`` for each element of 2-D ``key`` (integer values,
+    such as token ids, or the float32 bits of floating-point values).
 
     The row enters through a fingerprint of its own valid values (their bits and columns; ``mask`` marks the
     valid ones, all if ``None``), not through its index: permuting the rows of a batch permutes the hashes with
@@ -75,7 +77,10 @@ def token_hash(seed: int, key: torch.Tensor, mask: torch.Tensor | None = None) -
     and no ``torch.Generator`` (hence no global RNG state, and nothing ``torch.compile`` cannot trace) is involved.
     """
     seed_mix = (seed * 0x9E3779B9 + 0x7F4A7C15) & _MASK32
-    bits = key.detach().to(torch.float32).contiguous().view(torch.int32).to(torch.int64).bitwise_and(_MASK32)
+    if key.is_floating_point():
+        bits = key.detach().to(torch.float32).contiguous().view(torch.int32).to(torch.int64).bitwise_and(_MASK32)
+    else:  # token ids
+        bits = key.detach().to(torch.int64).bitwise_and(_MASK32)
     if mask is not None:
         bits = torch.where(mask.bool(), bits, 0)
     column = torch.arange(key.shape[-1], device=key.device, dtype=torch.int64).mul(0x85EBCA6B).bitwise_and(_MASK32)
@@ -179,6 +184,7 @@ def select_tokens_for_batch(
     step: int = 0,
     metrics: dict | None = None,
     ratio: float | None = None,
+    key: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Batch-scope selection for ``clip_cov`` / ``kl_cov`` over a whole training batch.
 
@@ -196,16 +202,23 @@ def select_tokens_for_batch(
             of the batch as 0-d tensors.
         ratio: the selection ratio to use instead of the configured ``clip_cov_ratio`` / ``kl_cov_ratio`` (the
             entropy autopilot's); validated like them.
+        key: what Clip-Cov's random draw is keyed on, shaped like ``old_log_prob``: verl_ext's trainers pass the
+            response token ids, which are the same whatever the numerics of the old-log-prob pass (its low bits
+            change with the number of GPUs and the micro-batching); default the old log-probs (all a loss call has).
 
     Returns:
         Bool tensor shaped like ``old_log_prob``: the selected tokens.
     """
     mask = response_mask.bool()
+    if key is not None and key.shape != old_log_prob.shape:
+        raise ValueError(f"verl_ext batch-scope selection: key shaped {tuple(key.shape)}, old log-probs "
+                         f"{tuple(old_log_prob.shape)}: they must match (padded response positions)")  # fmt: skip
     cov = token_covariance(advantages, old_log_prob, mask)
     if loss_mode == "clip_cov":
         configured, lb, ub, seed = policy_loss_params(config, "clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "cov_seed")
         ratio = configured if ratio is None else _checked_ratio("clip_cov_ratio", ratio)
-        selected = clip_cov_select(cov, mask, mask, old_log_prob, ratio, lb, ub, seed + 1_000_003 * step)
+        draw_key = old_log_prob if key is None else key
+        selected = clip_cov_select(cov, mask, mask, draw_key, ratio, lb, ub, seed + 1_000_003 * step)
     elif loss_mode == "kl_cov":
         (configured,) = policy_loss_params(config, "kl_cov_ratio")
         ratio = configured if ratio is None else _checked_ratio("kl_cov_ratio", ratio)

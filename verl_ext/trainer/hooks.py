@@ -41,8 +41,8 @@ LEGACY_ENTROPY = "entropys"
 V1_ENTROPY = "entropy"
 """TransferQueue field where the V1 trainer's old-log-prob pass stores the entropy."""
 
-SELECTION_INPUTS = ("advantages", "old_log_probs", "response_mask")
-"""Batch fields :func:`select_cov_tokens` reads."""
+SELECTION_INPUTS = ("advantages", "old_log_probs", "response_mask", "responses")
+"""Batch fields :func:`select_cov_tokens` reads (the response token ids key Clip-Cov's random draw)."""
 
 
 def needs_old_entropy(actor_config: Any) -> bool:
@@ -95,9 +95,11 @@ def select_cov_tokens(
     step: int,
     metrics: dict | None = None,
     ratio: float | None = None,
+    responses: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Batch-scope selection on padded ``(batch, response_len)`` tensors; returns a bool mask. ``ratio``
-    replaces the configured selection ratio (the entropy autopilot's).
+    replaces the configured selection ratio (the entropy autopilot's); ``responses`` (token ids) key Clip-Cov's
+    random draw, so that it does not depend on the old-log-prob pass's rounding.
 
     ``metrics`` (optional) receives the batch-level statistics as floats under
     ``actor/<loss>/batch_selected_frac``, ``actor/<loss>/batch_cov_selected_mean`` and
@@ -107,7 +109,7 @@ def select_cov_tokens(
     mode = loss_mode_of(actor_config)
     raw: dict[str, torch.Tensor] = {}
     selected = select_tokens_for_batch(
-        mode, advantages, old_log_probs, response_mask, actor_config, step=step, metrics=raw, ratio=ratio
+        mode, advantages, old_log_probs, response_mask, actor_config, step=step, metrics=raw, ratio=ratio, key=responses
     )
     if metrics is not None:
         prefix = f"actor/{mode}/"
@@ -130,7 +132,8 @@ def add_cov_selected(
         raise KeyError(f"verl_ext: batch-scope covariance selection needs batch fields {missing}")
     start = time.perf_counter()
     batch[COV_SELECTED] = select_cov_tokens(
-        batch["advantages"], batch["old_log_probs"], batch["response_mask"], actor_config, step, metrics, ratio
+        batch["advantages"], batch["old_log_probs"], batch["response_mask"], actor_config, step, metrics, ratio,
+        batch["responses"],
     )
     if metrics is not None:
         metrics[SELECTION_TIMER] = time.perf_counter() - start
@@ -150,7 +153,8 @@ def cov_selected_nested(
     response_mask = data["response_mask"]
     padded = data.to_padded_tensor()
     selected = select_cov_tokens(
-        padded["advantages"], padded["old_log_probs"], padded["response_mask"], actor_config, step, metrics, ratio
+        padded["advantages"], padded["old_log_probs"], padded["response_mask"], actor_config, step, metrics, ratio,
+        padded["responses"],
     )
     padded[COV_SELECTED] = selected
     if response_mask.is_nested:

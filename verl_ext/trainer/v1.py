@@ -120,8 +120,6 @@ class VerlExtV1Mixin(VerlExtDriverMixin):
             wanted = [*SELECTION_INPUTS]
             if driver.controller is not None:
                 wanted.append(V1_ENTROPY)
-            if driver.lens is not None:
-                wanted.append("responses")
             data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=wanted)
             if driver.controller is not None:
                 padded = data.select(V1_ENTROPY, "response_mask").to_padded_tensor()
