@@ -312,3 +312,37 @@ def test_sigkill_after_a_checkpoint_then_the_same_command_resumes_losing_nothing
     assert not (whole.ckpts / "global_step_1" / "actor").exists()
     assert not (whole.ckpts / "global_step_1" / STATE).exists()
     assert (whole.ckpts / "global_step_2" / STATE).is_file()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the same selection whatever the parallel layout
+# ----------------------------------------------------------------------------------------------------------
+
+LAYOUTS = {
+    "one_rank_fixed": {},
+    "two_ranks_fixed": {"GPUS_PER_NODE": "2"},
+    "two_ranks_dynamic": {"GPUS_PER_NODE": "2", "DYNAMIC": "1"},
+}
+
+
+def test_selection_is_the_same_with_one_or_two_ranks_and_fixed_or_dynamic_micro_batches(assets):
+    """The same recipe and seed on 1 training process with fixed micro-batches, on 2 with fixed ones and on 2 with
+    dynamic ones (legacy trainer: its batch order is deterministic; greedy rollouts: the same responses): step 1
+    selects the identical tokens and logs the same selection metrics. The old-log-prob pass's rounding differs
+    between these layouts; the selection does not depend on it."""
+    overrides = ("trainer.use_v1=False", "actor_rollout_ref.rollout.top_k=1", "algorithm.adv_estimator=reinforce_plus_plus",
+                 "actor_rollout_ref.actor.policy_loss.clip_cov_lb=-100", "actor_rollout_ref.actor.policy_loss.clip_cov_ub=100",
+                 "verl_ext.token_lens.enable=true", f"reward.custom_reward_function.path={assets / 'varied_reward.py'}")  # fmt: skip
+    runs = {}
+    for name, env in LAYOUTS.items():
+        extra = DYNAMIC_BSZ if env.pop("DYNAMIC", None) else ()
+        runs[name] = train(assets, f"layout_{name}", "clip_cov", *overrides, *extra, "trainer.total_training_steps=1",
+                           N="1", PROMPTS="8", **env)
+    reference = runs.pop("one_rank_fixed")
+    chosen = {(r["sample"], r["position"], r["token_id"]) for r in lens_rows(reference)[1]}
+    assert len(chosen) >= 2
+    for name, run in runs.items():
+        assert {(r["sample"], r["position"], r["token_id"]) for r in lens_rows(run)[1]} == chosen, name
+        assert run.metric(1, "actor/clip_cov/batch_selected_frac") == reference.metric(1, "actor/clip_cov/batch_selected_frac")
+        assert run.metric(1, "actor/clip_cov/batch_cov_selected_mean") == pytest.approx(
+            reference.metric(1, "actor/clip_cov/batch_cov_selected_mean"), rel=1e-5, abs=1e-7)
