@@ -73,8 +73,9 @@ recipe_hydra_list() {
 # problems written in GSM8K's / DAPO-Math-17k's / AIME's hub formats and prepared by scripts/data/prepare_*.py; the
 # model is a tiny Qwen2 warmed up to solve some of them (python -m verl_ext.cpu.math_assets). Variables: STEPS (3;
 # the learning-rate warm-up is shortened to 1 step, which verl runs at lr 0), PROMPTS (4 per step), N (4 responses
-# each), VAL_N (2, for DAPO's sampled validation; GSM8K validates greedily, n = 1), LR (2e-3: a tiny model needs a large step to move within a few updates), ASSETS (1: build what
-# SCALE_DIR lacks).
+# each), VAL_N (2, for DAPO's sampled validation; GSM8K validates greedily, n = 1), LR (2e-3: a tiny model needs a
+# large step to move within a few updates), COV_RATIO (0.1: Clip-Cov's / KL-Cov's ratio, sized for ~10^6-token
+# batches, would select one token of a ~80-token batch), ASSETS (1: build what SCALE_DIR lacks).
 # ---------------------------------------------------------------------------------------------------------------
 
 SCALE_ARGS=()
@@ -103,6 +104,7 @@ recipe_scale_defaults() {
     : "${N:=4}"
     : "${VAL_N:=2}"
     : "${LR:=2e-3}"
+    : "${COV_RATIO:=0.1}"
     : "${ASSETS:=1}"
     recipe_require_int STEPS 1
     recipe_require_int PROMPTS 2
@@ -141,7 +143,8 @@ recipe_scale_cpu() {
     fi
     {
         echo "SCALE=cpu: CPU mode (VERL_PLATFORM=cpu), $NNODES node x $GPUS_PER_NODE training processes, model $MODEL_PATH,"
-        echo "  data $DATA_DIR, prompt/response $MAX_PROMPT_LENGTH/$MAX_RESPONSE_LENGTH tokens, run log $VERL_FILE_LOGGER_PATH;"
+        echo "  data $DATA_DIR, prompt/response $MAX_PROMPT_LENGTH/$MAX_RESPONSE_LENGTH tokens, COV_RATIO=$COV_RATIO (Clip-Cov / KL-Cov),"
+        echo "  run log $VERL_FILE_LOGGER_PATH;"
         echo "  size overrides: ${SCALE_ARGS[*]}"
     } >&2
     if [[ "$ASSETS" == 1 && "$PRINT_CMD" == 0 ]]; then

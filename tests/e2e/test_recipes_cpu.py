@@ -144,7 +144,12 @@ def _budget(run: Run, step: int, ratio: float) -> float:
     return max(1, math.floor(ratio * tokens)) / tokens
 
 
-@pytest.mark.parametrize(("name", "ratio"), [("dapo_kl_cov", 0.002), ("gsm8k_grpo_kl_cov", 0.002)])
+COV_RATIO = 0.1
+"""SCALE=cpu's selection ratio (COV_RATIO): the papers' 2e-4 / 2e-3 would select one token of these ~80-token
+batches, and whether that token lands in the second mini-batch (where KL-Cov's penalty acts) would be a coin toss."""
+
+
+@pytest.mark.parametrize(("name", "ratio"), [("dapo_kl_cov", COV_RATIO), ("gsm8k_grpo_kl_cov", COV_RATIO)])
 def test_kl_cov_selects_its_budget_and_penalises_after_an_update(runs, name, ratio):
     run = runs(name)
     for step in (1, 2, 3):
@@ -155,12 +160,15 @@ def test_kl_cov_selects_its_budget_and_penalises_after_an_update(runs, name, rat
 
 @pytest.mark.parametrize("name", ["dapo_clip_cov", "gsm8k_grpo_clip_cov"])
 def test_clip_cov_selects_at_most_its_budget_from_its_candidates(runs, name):
-    """The papers' bounds (1, 5) admit few tokens of a 60-token batch: the selection takes the budget (one token)
-    when a candidate exists and none otherwise, never more."""
+    """The papers' bounds (1, 5) admit only some tokens of an ~80-token batch: the selection takes at most the
+    budget, from the tokens whose covariance lies inside the bounds, and it selects at some step."""
     run = runs(name)
-    for step in (1, 2, 3):
-        frac = run.metric(step, "actor/clip_cov/batch_selected_frac")
-        assert frac in (0.0, pytest.approx(_budget(run, step, 0.0002), rel=1e-6)), frac
+    fracs = run.values("actor/clip_cov/batch_selected_frac")
+    for step, frac in zip((1, 2, 3), fracs):
+        assert frac <= _budget(run, step, COV_RATIO) + 1e-9, (step, frac)
+        if frac > 0:
+            assert 1.0 < run.metric(step, "actor/clip_cov/batch_cov_selected_mean") < 5.0
+    assert max(fracs) > 0.0, fracs
 
 
 def test_kl_clipping_recipe_clips_the_kl_loss(runs):
