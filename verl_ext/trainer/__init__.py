@@ -16,6 +16,7 @@ verl_ext's batch fields, actor worker and actor loss.
 | ``entropy_control`` | the entropy autopilot: its keys, the target schedule, the PI law on the selection ratio (pure) |
 | ``token_lens`` | the token lens: its keys and the JSONL / wandb writer of the selected tokens |
 | ``driver`` | both trainers' driver-side state (autopilot, lens) and its checkpoint file |
+| ``checkpoints`` | where verl's trainers save and load a step's checkpoint (resume modes), asked by ``driver`` and ``run_log`` |
 | ``run_log`` | verl's file log continued (not truncated) when a run resumes from a checkpoint |
 
 Submodules are imported on demand: ``v1`` needs the ``TransferQueue`` package, ``legacy`` does not.

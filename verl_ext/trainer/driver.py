@@ -25,6 +25,7 @@ from omegaconf import OmegaConf
 
 from verl_ext.config import config_value, loss_mode_of, policy_loss_params
 from verl_ext.losses.selection import token_covariance
+from verl_ext.trainer.checkpoints import absolute_folder, checkpoint_folder, resume_folder
 from verl_ext.trainer.entropy_control import EntropyControlConfig, EntropyController
 from verl_ext.trainer.token_lens import TokenLens, TokenLensConfig, lens_path
 
@@ -41,32 +42,12 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
     return float(values.detach().to(torch.float64)[mask].sum() / mask.sum().clamp(min=1))
 
 
-def _absolute(folder: str | os.PathLike) -> Path:
-    folder = Path(folder)
-    return folder if folder.is_absolute() else Path(os.getcwd()) / folder
-
-
-def checkpoint_folder(config: Any, global_steps: int) -> Path:
-    """Where verl's trainers *save* step ``global_steps``: ``<default_local_dir>/global_step_<N>``, whatever the
-    resume mode (a run resumed from ``resume_from_path`` still saves its later steps under ``default_local_dir``)."""
-    return _absolute(config.trainer.default_local_dir) / f"global_step_{global_steps}"
-
-
-def resume_folder(config: Any, global_steps: int) -> Path:
-    """Where verl's trainers *load* step ``global_steps`` from: ``resume_from_path`` in ``resume_path`` mode,
-    else the saved folder of :func:`checkpoint_folder` (``auto`` mode finds the latest one there)."""
-    trainer = config.trainer
-    if config_value(trainer, "resume_mode") == "resume_path" and config_value(trainer, "resume_from_path"):
-        return _absolute(trainer.resume_from_path)
-    return checkpoint_folder(config, global_steps)
-
-
 def prune_driver_states(config: Any, current_step: int) -> list[Path]:
     """Delete verl_ext's state files of earlier steps whose ``global_step_<N>/actor`` checkpoint verl has deleted
     (``trainer.max_actor_ckpt_to_keep``), so that verl_ext keeps exactly the steps verl keeps; returns them."""
     removed = []
     current = checkpoint_folder(config, current_step)
-    for path in sorted(_absolute(config.trainer.default_local_dir).glob(f"global_step_*/{STATE_FILE}")):
+    for path in sorted(absolute_folder(config.trainer.default_local_dir).glob(f"global_step_*/{STATE_FILE}")):
         if path.parent != current and not (path.parent / "actor").exists():
             path.unlink()
             removed.append(path)

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from verl.utils import tracking
-from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
+
+from verl_ext.trainer.checkpoints import resumed_step
 
 
 def file_log_path(project: str, experiment: str) -> Path:
@@ -27,21 +28,6 @@ def file_log_path(project: str, experiment: str) -> Path:
     log = os.environ.get("VERL_FILE_LOGGER_PATH")
     root = Path(os.environ.get("VERL_FILE_LOGGER_ROOT", ".")).expanduser()
     return Path(log) if log else root / project / f"{experiment}.jsonl"
-
-
-def resumed_step(config: Any) -> int:
-    """The global step verl's trainers will resume from (0: a fresh run), decided as their ``_load_checkpoint`` does."""
-    trainer = config.trainer
-    mode = trainer.resume_mode
-    if mode == "auto":
-        folder = trainer.default_local_dir
-        folder = folder if os.path.isabs(folder) else os.path.join(os.getcwd(), folder)
-        path = find_latest_ckpt_path(folder)
-    elif mode == "resume_path":
-        path = trainer.resume_from_path
-    else:
-        path = None
-    return int(str(path).split("global_step_")[-1]) if path else 0
 
 
 def kept_rows(path: Path, through_step: int) -> list[bytes]:
@@ -77,4 +63,4 @@ def continuing_file_log(config: Any) -> Iterator[type]:
         tracking.FileLogger = previous
 
 
-__all__ = ["ContinuingFileLogger", "continuing_file_log", "file_log_path", "kept_rows", "resumed_step"]
+__all__ = ["ContinuingFileLogger", "continuing_file_log", "file_log_path", "kept_rows"]

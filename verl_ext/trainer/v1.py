@@ -51,6 +51,7 @@ from verl_ext.trainer.hooks import (
     selection_step,
 )
 from verl_ext.trainer.run_log import continuing_file_log
+from verl_ext.trainer.validation import bounded_dynamic_sampling
 from verl_ext.trainer.workers import use_verl_ext_actor_worker
 
 
@@ -62,10 +63,9 @@ class DynamicSamplingExhausted(RuntimeError):
 def generation_budget(config: Any) -> int | None:
     """Prompts one sampled training batch may draw under DAPO's dynamic sampling in ``sync`` mode
     (``max_num_gen_batches x train_batch_size``), or ``None`` when no bound applies."""
-    filter_groups = config.algorithm.get("filter_groups", None)
-    if not (filter_groups and filter_groups.get("enable", False)) or config.trainer.v1.trainer_mode != "sync":
+    if not bounded_dynamic_sampling(config):
         return None
-    return int(filter_groups.max_num_gen_batches) * int(config.data.train_batch_size)
+    return int(config.algorithm.filter_groups.max_num_gen_batches) * int(config.data.train_batch_size)
 
 
 class VerlExtV1Mixin(VerlExtDriverMixin):

@@ -134,6 +134,15 @@ def check_sequence_parallel(config: DictConfig) -> None:
                               f"> 1 with {attention_key} in {list(ULYSSES_ATTENTION)} (flash-attn installed)")  # fmt: skip
 
 
+def bounded_dynamic_sampling(config: DictConfig) -> bool:
+    """Whether DAPO's dynamic sampling is on in V1's ``sync`` mode: the case whose refills verl_ext bounds with
+    ``algorithm.filter_groups.max_num_gen_batches`` (:func:`check_dynamic_sampling`, and the bound itself in
+    :func:`verl_ext.trainer.v1.generation_budget`)."""
+    return bool(_select(config, "algorithm.filter_groups.enable", False)) and (
+        _select(config, "trainer.v1.trainer_mode", "sync") == "sync"
+    )
+
+
 def check_dynamic_sampling(config: DictConfig) -> None:
     """DAPO's dynamic sampling (``algorithm.filter_groups``) exists only in verl's V1 trainer, whose built-in
     sync replay buffer refills evicted groups without a bound: verl_ext bounds it with
@@ -145,9 +154,8 @@ def check_dynamic_sampling(config: DictConfig) -> None:
         raise ConfigError("algorithm.filter_groups.enable", "true needs verl's V1 trainer: the legacy trainer "
                           "(trainer.use_v1=false) never reads it and would train without DAPO's dynamic sampling. "
                           "Allowed: false, or trainer.use_v1=true")  # fmt: skip
-    mode = _select(config, "trainer.v1.trainer_mode", "sync")
     limit = _select(config, "algorithm.filter_groups.max_num_gen_batches", 0)
-    if mode == "sync" and (not isinstance(limit, int) or limit < 1):
+    if bounded_dynamic_sampling(config) and (not isinstance(limit, int) or limit < 1):
         raise ConfigError("algorithm.filter_groups.max_num_gen_batches", f"{limit!r} with dynamic sampling on: "
                           "verl's V1 replay buffer refills evicted groups without a bound, so a model whose groups "
                           "all score the same would hang; verl_ext stops the step with an error after this many "
@@ -288,6 +296,7 @@ __all__ = [
     "ConfigError",
     "check_actor_classes",
     "check_driver_features",
+    "bounded_dynamic_sampling",
     "check_dynamic_sampling",
     "check_entropy_source",
     "check_group_size",
