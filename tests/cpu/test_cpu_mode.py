@@ -7,6 +7,7 @@ need a clean interpreter (platform resolution, plugins, Ray) run in a subprocess
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import socket
 import subprocess
@@ -98,6 +99,7 @@ def test_config_group_follows_verl_platform(monkeypatch):
     [
         ("actor_rollout_ref.actor.strategy=fsdp", "actor_rollout_ref.actor.strategy"),
         ("trainer.device=cuda", "trainer.device"),
+        ("actor_rollout_ref.rollout.name=sglang", "actor_rollout_ref.rollout.name"),
         ("algorithm.adv_estimator=gae", "algorithm.adv_estimator"),
     ],
 )
@@ -112,6 +114,41 @@ def test_cpu_mode_rejects_what_it_cannot_run(monkeypatch, override, key):
     with pytest.raises(ConfigError) as info:
         check_platform(cfg)
     assert info.value.key == key and "CPU mode" in info.value.message
+
+
+FSDP1_AS_VERL_CALLS_IT = """
+import torch, torch.distributed as dist
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from verl.utils.device import get_device_id
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+try:
+    FSDP(torch.nn.Linear(4, 4), device_id=get_device_id(), sync_module_states=True)
+except ValueError as exc:
+    print("refused:", exc)
+"""
+
+
+@cpu_only
+def test_fsdp1_as_verl_builds_it_cannot_start_on_cpu():
+    """Why CPU mode refuses ``actor.strategy=fsdp``: verl's FSDP1 engine (``workers/engine/fsdp/transformer_impl.py``)
+    wraps the model with ``device_id=get_device_id()`` and ``sync_module_states=True``; on the CPU platform torch's
+    FSDP1 refuses that pairing (it broadcasts the initial weights from an accelerator). FSDP2 has no such step."""
+    done = python(FSDP1_AS_VERL_CALLS_IT, env={"VERL_PLATFORM": "cpu"})
+    assert done.returncode == 0 and "refused:" in done.stdout and "sync_module_states=True" in done.stdout, done.stdout + done.stderr
+
+
+@cpu_only
+def test_the_cpu_stack_has_no_other_rollout_engine_or_device():
+    """Why CPU mode allows only ``rollout.name=vllm`` and ``trainer.device=cpu``: verl 0.9.1's trainers roll out
+    through server replicas (``vllm``, ``sglang``, ``trtllm``), and of those the CPU stack installs only vLLM's CPU
+    build; and a batch placed on ``cuda`` fails on a CPU-only torch."""
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+    assert {"vllm", "sglang", "trtllm"} <= set(RolloutReplicaRegistry._registry)
+    assert importlib.util.find_spec("vllm") is not None
+    assert importlib.util.find_spec("sglang") is None and importlib.util.find_spec("tensorrt_llm") is None
+    with pytest.raises((AssertionError, RuntimeError)):
+        torch.zeros(1).to("cuda")
 
 
 def test_verl_platform_cpu_next_to_cuda_is_a_config_error(monkeypatch):
