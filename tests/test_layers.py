@@ -1,6 +1,6 @@
 """The package layout holds: every module's verl_ext imports go to its own package or to a lower one.
 
-Levels (docs/ARCHITECTURE.md): config 0; losses, cpu, analysis 1; registration 2; trainer 3; demo 4; the
+Levels (docs/ARCHITECTURE.md): config 0; losses, cpu, analysis, evaluation 1; registration 2; trainer 3; demo 4; the
 package root and the ``python -m`` shims above everything. Imports inside functions count too.
 """
 
@@ -19,6 +19,7 @@ LEVELS = {
     "verl_ext.losses": 1,
     "verl_ext.cpu": 1,
     "verl_ext.analysis": 1,
+    "verl_ext.evaluation": 1,
     "verl_ext.registration": 2,
     "verl_ext.trainer": 3,
     "verl_ext.demo": 4,

@@ -13,6 +13,7 @@ on-policy, which the ERC tests use; steps 2 and 3 move the policy.
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
@@ -178,3 +179,41 @@ def test_kl_clipping_recipe_clips_the_kl_loss(runs):
     for step in (1, 2, 3):
         assert run.metric(step, "actor/kl_loss") == pytest.approx(run.metric(step, "actor/kl_clip/clipped_kl"), rel=1e-5)
     assert run.metric(3, "actor/kl_clip/raw_kl") > 0.0
+
+
+def test_eval_recipe_scores_a_checkpoint_the_papers_way(runs, tmp_path):
+    """``recipe/eval.sh`` on DAPO Clip-Cov's last checkpoint with ERC's protocol (n = 8 here, temperature 0.6,
+    top-p 0.95): verl's validation of the loaded checkpoint dumps every sample with its score, extracted answer and
+    data source; ``verl_ext.analyze`` reads the dump into the same accuracy verl logged, plus pass@k and maj@k."""
+    runs("dapo_clip_cov")
+    scale_dir: Path = runs.scale_dir
+    ckpt = scale_dir / "ckpts" / "dapo-clip-cov" / f"global_step_{STEPS}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RAY_", "HF_"))}
+    env.update(SCALE="cpu", SCALE_DIR=str(scale_dir), PYTHON=sys.executable, HF_HOME=str(scale_dir / "hf_home"),
+               FAMILY="dapo", PROTOCOL="erc", VAL_N="8", CKPT=str(ckpt))  # fmt: skip
+    proc = subprocess.run(["bash", str(REPO / "recipe" / "eval.sh")], env=env, cwd=scale_dir, capture_output=True,
+                          text=True, timeout=1200)  # fmt: skip
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-8000:]
+    assert "actor_rollout_ref.rollout.val_kwargs.temperature=0.6" in output
+    dumps = ckpt.parent / "eval-erc"
+    assert sorted(p.name for p in dumps.iterdir()) == [f"{STEPS}.jsonl"]  # validated at the checkpoint's step
+    rows = [json.loads(line) for line in (dumps / f"{STEPS}.jsonl").read_text().splitlines()]
+    assert len(rows) == 64 * 8 and {r["data_source"] for r in rows} == {"aime2024", "aime2025"}
+    assert all("pred" in r for r in rows) and any(r["pred"] for r in rows)
+    logged = {}
+    for line in (scale_dir / "eval-dapo-erc.jsonl").read_text().splitlines():
+        logged.update(json.loads(line)["data"])
+
+    csv_path, png = tmp_path / "passk.csv", tmp_path / "passk.png"
+    analyze = subprocess.run([sys.executable, "-m", "verl_ext.analyze", "--generations", f"clip_cov={dumps}",
+                              "--passk-out", str(png), "--passk-csv", str(csv_path)],
+                             capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert analyze.returncode == 0, analyze.stdout + analyze.stderr
+    assert png.stat().st_size > 10_000
+    table = {(r["data_source"], r["metric"]): float(r["mean"]) for r in csv.DictReader(csv_path.open())}
+    for source in ("aime2024", "aime2025"):
+        # the dump read our way gives the accuracy verl computed itself during validation
+        assert table[(source, "avg@8")] == pytest.approx(logged[f"val-core/{source}/acc/mean@8"], abs=1e-9)
+        assert {f"pass@{k}" for k in (1, 2, 4, 8)} | {f"maj@{k}" for k in (1, 2, 4, 8)} <= {m for s, m in table if s == source}
+    print(analyze.stdout)

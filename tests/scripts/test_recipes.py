@@ -76,7 +76,8 @@ def base_env(tmp_path: Path) -> dict[str, str]:
                  "WANDB_API_KEY", "WANDB_MODE", "LOSS", "SMOKE_DIR", "NETRC", "COV_RATIO", "WORK_DIR", "STEPS",
                  "RESPONSE_LENGTH", "PROMPTS", "N", "LR", "SEED", "ASSETS", "RAY_ADDRESS", "VERL_PLATFORM",
                  "VERL_FILE_LOGGER_PATH", "MAX_PROMPT_LENGTH", "MAX_RESPONSE_LENGTH", "OVERLONG_BUFFER",
-                 "MAX_NUM_GEN_BATCHES", "SCALE", "SCALE_DIR", "VAL_N"):  # fmt: skip
+                 "MAX_NUM_GEN_BATCHES", "SCALE", "SCALE_DIR", "VAL_N", "FAMILY", "PROTOCOL", "CKPT",
+                 "EVAL_DIR"):  # fmt: skip
         env.pop(name, None)
     env["HOME"] = str(tmp_path)
     env["PYTHON"] = sys.executable
@@ -105,12 +106,13 @@ def effective(cmd: list[str]) -> dict[str, str]:
 
 def test_recipe_set_and_structure():
     scripts = sorted(p.stem for p in RECIPE_DIR.glob("*.sh") if p.name != "common.sh")
-    assert scripts == sorted([*RECIPES, "cpu_tiny"])
+    assert scripts == sorted([*RECIPES, "cpu_tiny", "eval"])
     for name in scripts:
         text = (RECIPE_DIR / f"{name}.sh").read_text()
         assert "set -euo pipefail" in text and 'source "$(dirname "${BASH_SOURCE[0]}")/common.sh"' in text
         assert text.rstrip().endswith('recipe_run "$@"')
-        assert len(text.splitlines()) < 30, f"{name}: shared settings belong in recipe/common.sh"
+        if name != "eval":  # the evaluation script holds its protocols; the training recipes only pick settings
+            assert len(text.splitlines()) < 30, f"{name}: shared settings belong in recipe/common.sh"
     for path in [*RECIPE_DIR.glob("*.sh"), SMOKE]:
         res = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
         assert res.returncode == 0, f"{path}: {res.stderr}"
@@ -260,6 +262,63 @@ def test_gpu_smoke_command(tmp_path):
     assert res.returncode == 2 and "LOSS='ppo' is invalid: allowed vanilla clip_cov kl_cov grpo_erc gppo_erc" in res.stderr
 
 
+EVAL = RECIPE_DIR / "eval.sh"
+VAL_KWARGS = "actor_rollout_ref.rollout.val_kwargs."
+
+
+@pytest.mark.parametrize(
+    ("protocol", "sampling"),
+    [("erc", ("True", "0.6", "0.95", "32")), ("dapo", ("True", "1.0", "0.7", "32")), ("greedy", ("False", "0", "1.0", "1"))],
+)
+@pytest.mark.parametrize("family", ["dapo", "gsm8k"])
+def test_eval_command_is_the_family_recipe_validating_a_checkpoint_with_the_protocol(protocol, sampling, family, tmp_path):
+    ckpt = tmp_path / "ckpts" / "run" / "global_step_40"
+    env = {**base_env(tmp_path), "FAMILY": family, "PROTOCOL": protocol, "CKPT": str(ckpt)}
+    values = effective(command(EVAL, env=env))
+    for key, value in {**COMMON, **FAMILY[family]}.items():  # the run's own family settings, kept
+        if not key.startswith(VAL_KWARGS):
+            assert values.get(key) == value, f"{key}={values.get(key)!r}, expected {value!r}"
+    expected = {
+        "trainer.val_only": "True", "trainer.val_before_train": "True", "trainer.resume_mode": "resume_path",
+        "trainer.resume_from_path": str(ckpt), "reward.custom_reward_function.path": "pkg://verl_ext.evaluation.scoring",
+        "trainer.validation_data_dir": f"{ckpt.parent}/eval-{protocol}",
+        **dict(zip([VAL_KWARGS + k for k in ("do_sample", "temperature", "top_p", "n")], sampling)),
+    }  # fmt: skip
+    for key, value in expected.items():
+        assert values.get(key) == value, f"{key}={values.get(key)!r}, expected {value!r}"
+    model = effective(command(EVAL, env={**env, "CKPT": "", "PROTOCOL": "custom"}))
+    recipe = effective(command(RECIPE_DIR / f"{family}{'_baseline' if family == 'dapo' else '_grpo_vanilla'}.sh", env=env))
+    assert model["trainer.resume_mode"] == "disable" and "trainer.resume_from_path" not in model
+    assert model["trainer.validation_data_dir"] == f"{tmp_path}/ckpts/verl_ext_{family}/eval-{family}-custom"
+    sampling = {k: v for k, v in model.items() if k.startswith(VAL_KWARGS)}
+    assert sampling == {k: v for k, v in recipe.items() if k.startswith(VAL_KWARGS)}  # custom: the family's own
+
+
+def test_eval_at_cpu_scale_samples_val_n_except_greedy(tmp_path):
+    env = {**base_env(tmp_path), "SCALE": "cpu", "SCALE_DIR": str(tmp_path / "s"), "ASSETS": "0", "VAL_N": "8"}
+    assert effective(command(EVAL, env={**env, "PROTOCOL": "erc"}))[VAL_KWARGS + "n"] == "8"
+    assert effective(command(EVAL, env={**env, "PROTOCOL": "greedy"}))[VAL_KWARGS + "n"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("variables", "message"),
+    [
+        ({"PROTOCOL": "avg32"}, "PROTOCOL='avg32' is invalid: allowed erc (n 32, T 0.6, top-p 0.95), dapo"),
+        ({"FAMILY": "math"}, "FAMILY='math' is invalid: allowed dapo (AIME 2024 + 2025) or gsm8k"),
+        ({"CKPT": "/c/run/step_3"}, "CKPT='/c/run/step_3' is invalid: allowed a checkpoint folder named global_step_<N>"),
+    ],
+)
+def test_eval_rejects_bad_variables(variables, message, tmp_path):
+    res = run_script(EVAL, env={**base_env(tmp_path), **variables})
+    assert res.returncode == 2 and message in res.stderr, res.stderr
+
+
+def test_eval_refuses_a_folder_that_is_not_a_checkpoint(tmp_path):
+    (tmp_path / "global_step_3").mkdir()
+    res = run_script(EVAL, env={**base_env(tmp_path), "CKPT": str(tmp_path / "global_step_3")})
+    assert res.returncode == 2 and "has no actor/ folder: not a verl checkpoint" in res.stderr
+
+
 # ------------------------------------------------------------------------------------------------ DRY_RUN=1
 
 HAS_MAIN = importlib.util.find_spec("verl_ext.main_ppo") is not None
@@ -269,6 +328,7 @@ needs_main = pytest.mark.skipif(not HAS_MAIN, reason="verl_ext.main_ppo (the dry
 DRY_RUNS: dict[str, tuple[Path, tuple[str, ...], str | None]] = {
     **{name: (RECIPE_DIR / f"{name}.sh", (), None) for name in RECIPES},
     "gpu_smoke": (SMOKE, (), None),
+    "eval": (EVAL, (), None),
     "bad_value": (RECIPE_DIR / "gsm8k_grpo_erc.sh", (LOSS + "entropy_mask_low=1.5",), "entropy_mask_low"),
     "bad_key": (RECIPE_DIR / "dapo_kl_cov.sh", (LOSS + "kl_cov_ration=0.002",), "kl_cov_ration"),
 }

@@ -5,6 +5,9 @@
 | ``run_reader`` | verl's file-logger JSONL and TensorBoard logs -> per-run metric series |
 | ``entropy_law`` | the entropy-performance law ``R = -a exp(H) + b`` of Cui et al.: fit and ceiling |
 | ``control`` | the entropy autopilot's tracking in a run; the token lens's file (name, summary) |
+| ``pass_at_k`` | the papers' evaluation metrics of one prompt: avg@n, unbiased pass@k, maj@k (exact) |
+| ``generations`` | verl's validation dumps -> per data source and step metrics with bootstrap intervals |
+| ``eval_report`` | the evaluation table, CSV and pass@k plots |
 | ``cli`` | the command: tables, CSV, plots |
 
 May import: numpy, matplotlib, tensorboard's reader; nothing else of verl_ext (it reads logs, not models).

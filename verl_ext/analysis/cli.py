@@ -1,4 +1,5 @@
-"""``python -m verl_ext.analyze RUN [RUN ...]``: compare verl runs and fit the entropy-performance law.
+"""``python -m verl_ext.analyze [RUN ...] [--generations DUMPS ...]``: compare verl runs, fit the entropy-performance
+law, and score validation dumps the papers' way.
 
 For every run (a verl ``file``-logger JSONL file or a TensorBoard event directory, optionally
 ``label=path``) this fits ``R = -a * exp(H) + b`` (Cui et al., arXiv 2505.22617; ``H`` = policy
@@ -6,7 +7,12 @@ entropy, ``R`` = reward) by least squares in ``x = exp(H)``, prints ``a``, ``b``
 ceiling ``b - a`` (the reward when entropy reaches 0), and draws entropy, reward, selected-token
 fraction, KL and the fitted law for all runs side by side in one PNG.
 
-Exit status: 0 when at least one run was fitted; 1 when every run was read but none could be
+With ``--generations [label=]PATH`` (a ``<step>.jsonl`` validation dump or a ``trainer.validation_data_dir``, e.g.
+one ``recipe/eval.sh`` wrote) it also prints avg@n, unbiased pass@k and maj@k per data source with bootstrap
+intervals (:mod:`verl_ext.analysis.generations`) and draws the pass@k curves of all of them side by side, and
+pass@k over training for a directory with several steps, in ``--passk-out``.
+
+Exit status: 0 when at least one run was fitted (or, without RUNs, every dump was scored); 1 when every run was read but none could be
 fitted (each gets a "cannot fit: <reason>" line); 2 on unusable input (missing path, empty file,
 invalid JSON line, a run without the entropy or reward metric).
 """
@@ -24,6 +30,8 @@ import numpy as np
 
 from verl_ext.analysis.control import format_lens, format_tracking, lens_file_for, lens_summary, tracking
 from verl_ext.analysis.entropy_law import EntropyLawFit, FitError, fit_run, paired_points
+from verl_ext.analysis.eval_report import format_evaluations, plot_evaluations, write_evaluation_csv
+from verl_ext.analysis.generations import read_evaluation
 from verl_ext.analysis.run_reader import METRIC_KEYS, Candidate, Run, RunReadError, read_runs
 
 #: Panels of the figure: (quantity in METRIC_KEYS, title).
@@ -52,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m verl_ext.analyze",
         description="Plot verl runs side by side and fit the entropy-performance law R = -a*exp(H) + b per run.",
     )
-    p.add_argument("runs", nargs="+", metavar="RUN",
+    p.add_argument("runs", nargs="*", metavar="RUN",
                    help="verl file-logger .jsonl file, TensorBoard event dir, or a dir of runs; 'label=path' names it")
     p.add_argument("--out", default="analysis.png", help="PNG to write (default: analysis.png)")
     p.add_argument("--entropy-key", help="metric used as H (default: actor/entropy)")
@@ -62,6 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lens", action="append", default=[], metavar="FILE",
                    help="summarise a token-lens file (default: every RUN.jsonl's RUN.lens.jsonl that exists)")
     p.add_argument("--lens-top", type=int, default=15, help="token strings shown per lens file (15)")
+    p.add_argument("--generations", action="append", default=[], metavar="DUMPS",
+                   help="a validation dump <step>.jsonl or a trainer.validation_data_dir; 'label=path' names it")
+    p.add_argument("--passk-out", default="passk.png", help="PNG of the pass@k curves (default: passk.png)")
+    p.add_argument("--passk-csv", help="also write every dump's metrics to this CSV file")
     return p
 
 
@@ -197,9 +209,32 @@ def tracking_lines(results: Sequence[Analysis]) -> list[str]:
     return [format_tracking(r.run.label, record) for r in results if (record := tracking(r.run)) is not None]
 
 
+def evaluate(args: argparse.Namespace) -> int:
+    """Score the ``--generations`` dumps: table, optional CSV, pass@k plot; 2 on unusable input."""
+    try:
+        evaluations = [read_evaluation(arg) for arg in args.generations]
+    except RunReadError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(format_evaluations(evaluations))
+    if args.passk_csv:
+        write_evaluation_csv(evaluations, Path(args.passk_csv))
+        print(f"wrote {args.passk_csv}")
+    if not args.no_plot:
+        print(f"wrote {plot_evaluations(evaluations, Path(args.passk_out))}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point; returns the exit status (see the module docstring)."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.runs and not args.generations:
+        parser.error("name at least one RUN or one --generations DUMPS")
+    if args.generations:
+        status = evaluate(args)
+        if status or not args.runs:
+            return status
     try:
         runs = load_runs(args.runs)
         results = [analyse(run, args.entropy_key, args.reward_key) for run in runs]
