@@ -10,13 +10,14 @@ that each sees the same machine:
 * ``verl_ext clip_cov``  - verl_ext's ``clip_cov`` in batch scope (selection on the driver before each update);
 * ``verl clip_cov``      - verl's built-in ``clip_cov`` (per micro-batch), verl's entry point.
 
-Per run: the median of ``timing_s/step`` over the steps after the first (the first compiles and warms up),
-the peak resident memory of the actor worker (``perf/max_memory_allocated_gb``, which CPU mode reports as the
+Per run: the median of ``timing_s/step`` over the steps after the first (the first compiles and warms up), of the
+step without generation (``timing_s/step - timing_s/gen``) and of ``timing_s/update_actor``, the peak resident memory of the actor worker (``perf/max_memory_allocated_gb``, which CPU mode reports as the
 worker's RSS peak) and verl_ext's driver-side selection time (``timing_s/verl_ext/cov_selection``). Per
 variant: the median over rounds, and its ratio to the matching verl variant.
 
     python benchmarks/bench_trainer.py --steps 8 --rounds 3 --json benchmarks/results_trainer_cpu.json
     python benchmarks/bench_trainer.py --gpus-per-node 2 --dynamic --json benchmarks/results_trainer_cpu_2ranks_dynamic.json
+    python benchmarks/bench_trainer.py --summarise-only --work <an earlier run's folder> ...   # re-read its logs
 
 ``--gpus-per-node 2 --dynamic`` runs the GPU recipes' structure: two training processes and verl's dynamic batch
 size (token budgets that pack each rank's rows into several micro-batches), and adds a fifth variant,
@@ -36,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from recipe_runs import run_recipe  # noqa: E402
+from recipe_runs import read_rows, run_recipe  # noqa: E402
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "verl_ext vanilla": {"loss": "vanilla", "entry": "verl_ext.main_ppo", "baseline": "verl vanilla"},
@@ -72,37 +73,57 @@ def run_variant(name: str, spec: dict[str, Any], work: Path, steps: int, round_i
         # CPU mode without verl_ext's losses: verl's registry keeps its own clip_cov; forwarded to every worker
         variables["VERL_USE_EXTERNAL_PLUGINS"] = "verl_ext_cpu"
         args += [*VERL_ONLY_ARGS, "++ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_PLUGINS=verl_ext_cpu"]
-    rows = run_recipe(work, f"{name.replace(' ', '_')}_{round_index}", args, **variables)
+    return figures(run_recipe(work, run_name(name, round_index), args, **variables))
+
+
+def run_name(name: str, round_index: int) -> str:
+    """The experiment (and JSONL) name of a variant's run in a round."""
+    return f"{name.replace(' ', '_')}_{round_index}"
+
+
+def figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """A run's summary: medians over the steps after the first. ``train_s`` is the step without generation
+    (``timing_s/step - timing_s/gen``): vLLM's CPU generation time comes in steps of ~2 s here (the same batch
+    takes 2 or 4 s) and depends on the response lengths each loss's updates lead to, so whole-step times compare
+    the trainers only through that noise; ``train_s`` and ``update_actor_s`` hold what verl_ext changes."""
     later = rows[1:]
     return {
         "step_s": statistics.median(r["timing_s/step"] for r in later),
+        "train_s": statistics.median(r["timing_s/step"] - r["timing_s/gen"] for r in later),
+        "update_actor_s": statistics.median(r["timing_s/update_actor"] for r in later),
         "peak_rss_gb": max(r.get("actor/perf/max_memory_allocated_gb", float("nan")) for r in rows),
         "selection_s": statistics.median(r.get("timing_s/verl_ext/cov_selection", 0.0) for r in later),
         "steps": len(rows),
     }
 
 
+FIGURES = ("step_s", "train_s", "update_actor_s", "peak_rss_gb", "selection_s")
+
+
 def summarise(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
     """Median over rounds of each figure, and the ratios to the variant's verl baseline."""
     table: dict[str, dict[str, Any]] = {}
     for name, runs in results.items():
-        table[name] = {key: statistics.median(run[key] for run in runs) for key in ("step_s", "peak_rss_gb", "selection_s")}
+        table[name] = {key: statistics.median(run[key] for run in runs) for key in FIGURES}
     for name, row in table.items():
         base = {**VARIANTS, "verl_ext clip_cov fixed": FIXED_VARIANT}[name]["baseline"]
         if base is not None:
             row["step_ratio"] = row["step_s"] / table[base]["step_s"]
+            row["train_ratio"] = row["train_s"] / table[base]["train_s"]
+            row["update_ratio"] = row["update_actor_s"] / table[base]["update_actor_s"]
             row["rss_ratio"] = row["peak_rss_gb"] / table[base]["peak_rss_gb"]
             row["selection_share"] = row["selection_s"] / row["step_s"]
     return table
 
 
 def format_table(table: dict[str, dict[str, Any]]) -> str:
-    lines = ["| variant | step s (median) | x baseline | actor peak RSS GB | x baseline | driver selection s |",
-             "| --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    lines = ["| variant | step s | x baseline | step without generation s | x baseline | update_actor s | x baseline "
+             "| actor peak RSS GB | x baseline | driver selection s |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
     for name, row in table.items():
-        ratio = f"{row['step_ratio']:.3f}" if "step_ratio" in row else "1"
-        rss = f"{row['rss_ratio']:.3f}" if "rss_ratio" in row else "1"
-        lines.append(f"| {name} | {row['step_s']:.3f} | {ratio} | {row['peak_rss_gb']:.3f} | {rss} | "
+        ratios = [f"{row[k]:.3f}" if k in row else "1" for k in ("step_ratio", "train_ratio", "update_ratio", "rss_ratio")]
+        lines.append(f"| {name} | {row['step_s']:.3f} | {ratios[0]} | {row['train_s']:.3f} | {ratios[1]} | "
+                     f"{row['update_actor_s']:.3f} | {ratios[2]} | {row['peak_rss_gb']:.3f} | {ratios[3]} | "
                      f"{row['selection_s']:.4f} |")  # fmt: skip
     return "\n".join(lines)
 
@@ -115,19 +136,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=None, help="work folder (a temporary one)")
     parser.add_argument("--gpus-per-node", type=int, default=1, help="training processes (1)")
     parser.add_argument("--dynamic", action="store_true", help="dynamic batch size, plus a fixed-micro-batch variant")
+    parser.add_argument("--summarise-only", action="store_true",
+                        help="train nothing: read the runs' JSONL logs already in --work (an earlier run's folder)")
     args = parser.parse_args(argv)
+    if args.summarise_only and args.work is None:
+        parser.error("--summarise-only needs --work, the folder of an earlier run")
     if args.steps < 3 or args.rounds < 1 or args.gpus_per_node not in (1, 2, 4, 8):
         parser.error("--steps must be >= 3, --rounds >= 1 and --gpus-per-node one of 1, 2, 4, 8")
     from verl_ext.cpu.task import write_assets
     from verl_ext.cpu.machine import machine_info
 
     work = args.work or Path(tempfile.mkdtemp(prefix="verl_ext_bench_trainer_"))
-    write_assets(work, target_length=16)
+    if not args.summarise_only:
+        write_assets(work, target_length=16)
     variants = {**VARIANTS, "verl_ext clip_cov fixed": FIXED_VARIANT} if args.dynamic else dict(VARIANTS)
     results: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
     for round_index in range(args.rounds):
         for name, spec in variants.items():
-            results[name].append(run_variant(name, spec, work, args.steps, round_index, args.gpus_per_node, args.dynamic))
+            if args.summarise_only:
+                results[name].append(figures(read_rows(work, run_name(name, round_index))))
+            else:
+                results[name].append(run_variant(name, spec, work, args.steps, round_index, args.gpus_per_node,
+                                                 args.dynamic))  # fmt: skip
             print(f"round {round_index + 1}/{args.rounds} {name}: {results[name][-1]}", flush=True)
     table = summarise(results)
     print(format_table(table))

@@ -23,5 +23,10 @@ def run_recipe(work: Path, exp: str, args: list[str], timeout: int = 3600, **var
                           capture_output=True, text=True, timeout=timeout)  # fmt: skip
     if proc.returncode != 0:
         raise RuntimeError(f"{exp} failed:\n{(proc.stdout + proc.stderr)[-5000:]}")
-    rows = sorted(map(json.loads, log.read_text().splitlines()), key=lambda row: row["step"])
+    return read_rows(work, exp)
+
+
+def read_rows(work: Path, exp: str) -> list[dict[str, Any]]:
+    """The metrics of each step of experiment ``exp`` logged in ``work/<exp>.jsonl``, in step order."""
+    rows = sorted(map(json.loads, (work / f"{exp}.jsonl").read_text().splitlines()), key=lambda row: row["step"])
     return [row["data"] for row in rows]

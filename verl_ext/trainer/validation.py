@@ -210,8 +210,9 @@ def check_platform(config: DictConfig) -> str:
                               f"allowed: {list(allowed)}")  # fmt: skip
     if need_critic(config):
         raise ConfigError("algorithm.adv_estimator", f"{_select(config, 'algorithm.adv_estimator')!r} needs a "
-                          "critic, which CPU mode does not run (verl_ext starts the gloo process group in the "
-                          "actor worker only); use a critic-free estimator such as grpo or rloo")  # fmt: skip
+                          "critic, which CPU mode has never run: configs/platform/cpu.yaml sets no CPU engine for "
+                          "it (verl's critic defaults to FSDP1 in bf16) and no test trains one; use a critic-free "
+                          "estimator such as grpo or rloo")  # fmt: skip
     if _select(config, "ray_kwargs.ray_init.address") or os.environ.get("RAY_ADDRESS"):
         for key in LOCAL_RAY_ONLY:
             if _select(config, f"ray_kwargs.ray_init.{key}") is not None:
