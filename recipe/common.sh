@@ -9,7 +9,8 @@
 #   DATA_DIR         where scripts/data/prepare_*.py wrote the parquet files ($HOME/data/verl_ext)
 #   TRAIN_FILE       training parquet
 #   VAL_FILE         validation parquet(s), comma-separated
-#   CKPTS_DIR        checkpoint folder ($HOME/ckpts/$PROJECT_NAME/$EXP_NAME)
+#   CKPTS_DIR        checkpoint folder ($HOME/ckpts/$PROJECT_NAME/$EXP_NAME); every validation's samples are dumped
+#                    in its validation/ (<step>.jsonl, read by python -m verl_ext.analyze --generations)
 #   NNODES           number of nodes; GPUS_PER_NODE GPUs each (8)
 #   PROJECT_NAME     logger project; EXP_NAME logger run name
 #   GEN_TP           vLLM tensor-parallel size; SP_SIZE Ulysses sequence-parallel size (1)
@@ -274,6 +275,7 @@ recipe_common_args() {
         "trainer.nnodes=$NNODES"
         "trainer.n_gpus_per_node=$GPUS_PER_NODE"
         "trainer.default_local_dir=$CKPTS_DIR"
+        "trainer.validation_data_dir=$CKPTS_DIR/validation"
         trainer.resume_mode=auto
         trainer.val_before_train=True
         trainer.max_actor_ckpt_to_keep=2

@@ -217,3 +217,12 @@ def test_eval_recipe_scores_a_checkpoint_the_papers_way(runs, tmp_path):
         assert table[(source, "avg@8")] == pytest.approx(logged[f"val-core/{source}/acc/mean@8"], abs=1e-9)
         assert {f"pass@{k}" for k in (1, 2, 4, 8)} | {f"maj@{k}" for k in (1, 2, 4, 8)} <= {m for s, m in table if s == source}
     print(analyze.stdout)
+
+    # the training run's own validations (before training and at step 3, DAPO's n = 2): pass@k over training
+    training = subprocess.run([sys.executable, "-m", "verl_ext.analyze", "--generations", str(ckpt.parent / "validation"),
+                               "--passk-out", str(tmp_path / "train.png"), "--passk-csv", str(tmp_path / "train.csv")],
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert training.returncode == 0, training.stdout + training.stderr
+    rows = list(csv.DictReader((tmp_path / "train.csv").open()))
+    assert sorted({int(r["step"]) for r in rows}) == [0, STEPS]
+    assert {r["metric"] for r in rows} >= {"avg@2", "pass@1", "pass@2", "maj@2"}  # math_dapo extracts answers

@@ -129,6 +129,7 @@ def test_recipe_command(name, tmp_path):
     assert "verl_ext.dry_run" not in values
     assert values["trainer.experiment_name"] == name.replace("_", "-")
     assert values["trainer.default_local_dir"] == f"{tmp_path}/ckpts/verl_ext_{family}/{name.replace('_', '-')}"
+    assert values["trainer.validation_data_dir"] == values["trainer.default_local_dir"] + "/validation"
     val_files = values["data.val_files"]
     if family == "dapo":
         assert val_files == f"['{tmp_path}/data/verl_ext/aime-2024.parquet','{tmp_path}/data/verl_ext/aime-2025.parquet']"
@@ -193,6 +194,7 @@ def test_scale_cpu_changes_sizes_only_and_says_so(name, tmp_path):
              PREFIX + "optim.lr", PREFIX + "optim.lr_warmup_steps", "trainer.test_freq", "data.dataloader_num_workers",
              "ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH", "trainer.nnodes", "trainer.n_gpus_per_node",
              "actor_rollout_ref.model.path", "data.train_files", "data.val_files", "trainer.default_local_dir",
+             "trainer.validation_data_dir",
              "data.max_prompt_length", "data.max_response_length", "reward.reward_kwargs.max_resp_len",
              "reward.reward_kwargs.overlong_buffer_cfg.len", "trainer.logger",
              "actor_rollout_ref.rollout.tensor_model_parallel_size", "ray_kwargs.ray_init.runtime_env.env_vars.WANDB_MODE",
