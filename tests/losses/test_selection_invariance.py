@@ -19,7 +19,7 @@ import torch.multiprocessing as mp
 import _oracles as O
 from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
 from verl_ext.config import PolicyLossConfig
-from verl_ext.losses.selection import select_tokens_for_batch, token_uniforms
+from verl_ext.losses.selection import select_tokens_for_batch, token_hash
 
 B, T, D = 16, 24, 5
 
@@ -102,6 +102,11 @@ def test_batch_selection_changes_with_step_and_is_reproducible():
     b = select_tokens_for_batch("clip_cov", adv, old, mask, cfg, step=5)
     c = select_tokens_for_batch("clip_cov", adv, old, mask, cfg, step=6)
     assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+def token_uniforms(seed: int, key: torch.Tensor) -> torch.Tensor:
+    """The selection's hash as uniform numbers in [0, 1): what Clip-Cov's draw compares with its probability."""
+    return token_hash(seed, key).to(torch.float64) / float(2**32)
 
 
 def test_hash_uniforms_are_uniform_and_reproducible():

@@ -133,6 +133,11 @@ def test_group_file_sets_its_defaults_and_plain_loss_mode_keeps_base(compose):
     assert plain.cov_scope == "batch" and plain._target_ == "verl_ext.config.PolicyLossConfig"
     default = compose().actor_rollout_ref.actor.policy_loss
     assert default.loss_mode == "vanilla" and default.entropy_mask_low == 0.8
+    # the ERC group files carry the papers' 7B values (README: "the papers' values")
+    grpo = compose("policy_loss@actor_rollout_ref.actor.policy_loss=grpo_erc").actor_rollout_ref.actor.policy_loss
+    assert (grpo.entropy_mask_low, grpo.entropy_mask_high) == (0.95, 1.05)
+    gppo = compose("policy_loss@actor_rollout_ref.actor.policy_loss=gppo_erc").actor_rollout_ref.actor.policy_loss
+    assert (gppo.entropy_mask_low, gppo.entropy_mask_high, gppo.gppo_beta1, gppo.gppo_beta2) == (0.95, 1.05, 1.0, 1.0)
 
 
 SDPA = "+actor_rollout_ref.model.override_config.attn_implementation=sdpa"

@@ -21,6 +21,7 @@ from verl_ext.losses.clip_cov import compute_policy_loss_clip_cov
 from verl_ext.losses.gppo_erc import compute_policy_loss_gppo_erc
 from verl_ext.losses.grpo_erc import compute_policy_loss_grpo_erc
 from verl_ext.losses.kl_cov import compute_policy_loss_kl_cov
+from verl_ext.losses.selection import COV_LOSSES
 
 LOSSES = {
     "clip_cov": compute_policy_loss_clip_cov,
@@ -29,7 +30,6 @@ LOSSES = {
     "gppo_erc": compute_policy_loss_gppo_erc,
 }
 ERC_LOSSES = frozenset({"grpo_erc", "gppo_erc"})
-COV_LOSSES = frozenset({"clip_cov", "kl_cov"})
 TOKEN_MEAN_METRICS = frozenset({
     "actor/erc/kept_frac", "actor/erc/below_frac", "actor/erc/above_frac", "actor/erc/entropy_ratio_mean",
     "actor/clip_cov/selected_frac", "actor/clip_cov/candidate_frac", "actor/kl_cov/selected_frac",

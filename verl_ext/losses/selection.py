@@ -51,7 +51,8 @@ def note_micro_fallback(loss_name: str, config: Any) -> None:
             loss_name,
         )
 
-COV_LOSSES = ("clip_cov", "kl_cov")
+COV_LOSSES = frozenset({"clip_cov", "kl_cov"})
+"""The losses that select tokens by covariance (exported by :mod:`verl_ext.losses`)."""
 _MASK32 = 0xFFFFFFFF
 
 
@@ -91,11 +92,6 @@ def token_hash(seed: int, key: torch.Tensor, mask: torch.Tensor | None = None) -
     h = ((column ^ seed_mix) + bits).bitwise_and(_MASK32)
     h = _mix32(h) ^ row
     return _mix32(h)
-
-
-def token_uniforms(seed: int, key: torch.Tensor) -> torch.Tensor:
-    """:func:`token_hash` mapped to uniform float64 numbers in [0, 1)."""
-    return token_hash(seed, key).to(torch.float64) / float(2**32)
 
 
 def token_covariance(advantages: torch.Tensor, log_prob: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -225,7 +221,7 @@ def select_tokens_for_batch(
         selected = kl_cov_select(cov, mask, ratio)
     else:
         raise ValueError(f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode!r}: batch-scope selection "
-                         f"exists for {list(COV_LOSSES)} only")
+                         f"exists for {sorted(COV_LOSSES)} only")
     if metrics is not None:
         metrics.update(selection_metrics(f"actor/{loss_mode}", selected, cov, mask))
     return selected

@@ -24,6 +24,7 @@ import torch
 from omegaconf import OmegaConf
 
 from verl_ext.config import config_value, loss_mode_of, policy_loss_params
+from verl_ext.losses.common import masked_mean
 from verl_ext.losses.selection import token_covariance
 from verl_ext.trainer.checkpoints import absolute_folder, checkpoint_folder, resume_folder
 from verl_ext.trainer.entropy_control import EntropyControlConfig, EntropyController
@@ -34,12 +35,6 @@ logger = logging.getLogger(__name__)
 STATE_FILE = "verl_ext_driver.json"
 RATIO_KEYS = {"clip_cov": "clip_cov_ratio", "kl_cov": "kl_cov_ratio"}
 """The policy-loss key whose value the autopilot replaces, per loss."""
-
-
-def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
-    """Mean of ``values`` over ``mask`` (float64 accumulation); the per-token entropy the autopilot tracks."""
-    mask = mask.bool()
-    return float(values.detach().to(torch.float64)[mask].sum() / mask.sum().clamp(min=1))
 
 
 def prune_driver_states(config: Any, current_step: int) -> list[Path]:
@@ -78,7 +73,7 @@ class VerlExtDriver:
 
     def observe_entropy(self, entropy: torch.Tensor, response_mask: torch.Tensor) -> None:
         """The old-log-prob pass's per-token entropy of this step's batch (padded tensors)."""
-        self.entropy = masked_mean(entropy, response_mask)
+        self.entropy = float(masked_mean(entropy.detach().to(torch.float64), response_mask.bool()))  # per token
 
     def selection_ratio(self, global_step: int, metrics: dict) -> float | None:
         """The autopilot's ratio for ``global_step`` (``None`` without autopilot); adds its metrics."""
@@ -153,7 +148,6 @@ __all__ = [
     "VerlExtDriver",
     "VerlExtDriverMixin",
     "checkpoint_folder",
-    "masked_mean",
     "prune_driver_states",
     "resume_folder",
 ]
