@@ -107,7 +107,7 @@ def summarise(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, A
         table[name] = {key: statistics.median(run[key] for run in runs) for key in FIGURES}
     for name, row in table.items():
         base = {**VARIANTS, "verl_ext clip_cov fixed": FIXED_VARIANT}[name]["baseline"]
-        if base is not None:
+        if base is not None and base in table:
             row["step_ratio"] = row["step_s"] / table[base]["step_s"]
             row["train_ratio"] = row["train_s"] / table[base]["train_s"]
             row["update_ratio"] = row["update_actor_s"] / table[base]["update_actor_s"]
@@ -136,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=None, help="work folder (a temporary one)")
     parser.add_argument("--gpus-per-node", type=int, default=1, help="training processes (1)")
     parser.add_argument("--dynamic", action="store_true", help="dynamic batch size, plus a fixed-micro-batch variant")
+    parser.add_argument("--variants", default=None,
+                        help="comma-separated variant names to run (default: all), e.g. 'verl_ext clip_cov,verl clip_cov'")
     parser.add_argument("--summarise-only", action="store_true",
                         help="train nothing: read the runs' JSONL logs already in --work (an earlier run's folder)")
     args = parser.parse_args(argv)
@@ -150,6 +152,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.summarise_only:
         write_assets(work, target_length=16)
     variants = {**VARIANTS, "verl_ext clip_cov fixed": FIXED_VARIANT} if args.dynamic else dict(VARIANTS)
+    if args.variants:
+        chosen = [name.strip() for name in args.variants.split(",")]
+        unknown = [name for name in chosen if name not in variants]
+        if unknown:
+            parser.error(f"--variants: unknown {unknown}; allowed: {sorted(variants)}")
+        variants = {name: variants[name] for name in chosen}
     results: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
     for round_index in range(args.rounds):
         for name, spec in variants.items():
