@@ -71,6 +71,9 @@ def plot_evaluations(evaluations: Sequence[Evaluation], out: Path) -> Path:
                 ax.plot(ks, [report.mean(f"maj@{k}") for k in ks], marker=".", linestyle="--", color=f"C{i % 10}",
                         label=f"{ev.label} maj@k")  # fmt: skip
         ax.set_xscale("log", base=2)
+        ticks = sorted({k for ev in evaluations if source in ev.reports[ev.last_step]
+                        for k in k_values(ev.reports[ev.last_step][source].n)})  # fmt: skip
+        ax.set_xticks(ticks, [str(k) for k in ticks])
         ax.set_title(f"{source}: pass@k / maj@k")
         ax.set_xlabel("k")
         ax.set_ylim(-0.02, 1.02)
