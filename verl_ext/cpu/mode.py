@@ -76,6 +76,7 @@ def enable_in_process() -> bool:
         return False
     from verl_ext.cpu import workarounds
 
+    os.environ.setdefault(TQ_THREADS_VAR, str(transfer_queue_threads()))  # inherited by a local Ray cluster
     workarounds.gloo_backend_for_verl_workers()
     workarounds.install_vllm_distribution_alias()
     workarounds.unpin_fsdp2_cpu_offload()
@@ -84,9 +85,18 @@ def enable_in_process() -> bool:
     return True
 
 
-def runtime_env_vars() -> dict[str, str]:
-    """Environment every Ray worker of a CPU-mode run needs (merged into ``ray_init.runtime_env``)."""
-    return {ENV_VAR: PLATFORM_NAME}
+TQ_THREADS_VAR = "TQ_NUM_THREADS"
+"""TransferQueue's torch thread count for its data handling (its default, 8, read when its modules are imported)."""
 
 
-__all__ = ["ENV_VAR", "PLATFORM_NAME", "active", "cuda_present", "enable_in_process", "requested", "runtime_env_vars"]
+def transfer_queue_threads() -> int:
+    """TransferQueue's thread count for this machine: its default 8, at most the physical cores. TransferQueue
+    lowers a larger value itself, but warns in every call of every storage unit and client ("target_num_threads 8
+    should not exceed total physical CPU cores 2", hundreds of lines per run on a 2-core machine)."""
+    import psutil
+
+    return max(1, min(8, psutil.cpu_count(logical=False) or 1))
+
+
+__all__ = ["ENV_VAR", "PLATFORM_NAME", "TQ_THREADS_VAR", "active", "cuda_present", "enable_in_process", "requested",
+           "transfer_queue_threads"]  # fmt: skip
