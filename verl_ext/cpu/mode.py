@@ -76,7 +76,7 @@ def enable_in_process() -> bool:
         return False
     from verl_ext.cpu import workarounds
 
-    os.environ.setdefault(TQ_THREADS_VAR, str(transfer_queue_threads()))  # inherited by a local Ray cluster
+    os.environ.setdefault(TQ_THREADS_VAR, str(transfer_queue_threads()))  # a local Ray cluster inherits it
     workarounds.gloo_backend_for_verl_workers()
     workarounds.install_vllm_distribution_alias()
     workarounds.unpin_fsdp2_cpu_offload()
