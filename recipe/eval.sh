@@ -65,7 +65,9 @@ if (( ${#EVAL_SAMPLING[@]} )); then
         "actor_rollout_ref.rollout.val_kwargs.top_p=${EVAL_SAMPLING[2]}"
         "actor_rollout_ref.rollout.val_kwargs.n=$RECIPE_VAL_N"
     )
-    [[ "$PROTOCOL" == greedy ]] && unset RECIPE_VAL_N  # one greedy sample, at every scale
+    if [[ "$PROTOCOL" == greedy ]]; then
+        unset RECIPE_VAL_N  # one greedy sample, at every scale
+    fi
 fi
 echo "evaluating ${CKPT:-$MODEL_PATH} with protocol $PROTOCOL; dumps in $EVAL_DIR" >&2
 recipe_run "$@"

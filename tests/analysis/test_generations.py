@@ -48,7 +48,7 @@ def test_dump_is_scored_per_data_source_with_the_papers_metrics(tmp_path):
 def test_legacy_dumps_group_by_prompt_text_and_verl_acc(tmp_path):
     """The legacy trainer's dump has no uid, and a plain scorer (gsm8k) gives acc = score."""
     rows = [{"input": f"prompt {i % 2}", "output": "x" * (i + 1), "gts": "1", "score": float(i < 2), "step": 0,
-             "acc": float(i < 2)} for i in range(6)]  # fmt: skip
+             "acc": float(i < 2) if i else None} for i in range(6)]  # fmt: skip  # acc None: the score decides
     report = read_evaluation(str(write_dump(tmp_path / "0.jsonl", rows))).reports[0]["unknown"]
     assert (report.n, report.prompts, report.has_answers) == (3, 2, False)
     assert report.mean("avg@3") == pytest.approx(1 / 3) and "maj@1" not in report.metrics

@@ -85,7 +85,9 @@ class Evaluation:
 
 
 def _verdict(row: dict, where: str) -> bool:
-    value = row.get("acc", row.get("score"))
+    value = row.get("acc")
+    if value is None:  # no acc (or verl's placeholder for a sample whose scorer gave none): the score decides
+        value = row.get("score")
     if isinstance(value, bool):
         return value
     if not isinstance(value, (int, float)) or (isinstance(value, float) and math.isnan(value)):
