@@ -86,6 +86,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory):
         return Run(name, scale_dir, output)
 
     get.scale_dir = scale_dir
+    get.env = env
     return get
 
 
@@ -189,9 +190,7 @@ def test_eval_recipe_scores_a_checkpoint_the_papers_way(runs, tmp_path):
     runs("dapo_clip_cov")
     scale_dir: Path = runs.scale_dir
     ckpt = scale_dir / "ckpts" / "dapo-clip-cov" / f"global_step_{STEPS}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RAY_", "HF_"))}
-    env.update(SCALE="cpu", SCALE_DIR=str(scale_dir), PYTHON=sys.executable, HF_HOME=str(scale_dir / "hf_home"),
-               FAMILY="dapo", PROTOCOL="erc", VAL_N="8", CKPT=str(ckpt))  # fmt: skip
+    env = {**runs.env, "FAMILY": "dapo", "PROTOCOL": "erc", "VAL_N": "8", "CKPT": str(ckpt)}
     proc = subprocess.run(["bash", str(REPO / "recipe" / "eval.sh")], env=env, cwd=scale_dir, capture_output=True,
                           text=True, timeout=1200)  # fmt: skip
     output = proc.stdout + proc.stderr
@@ -201,29 +200,34 @@ def test_eval_recipe_scores_a_checkpoint_the_papers_way(runs, tmp_path):
     assert sorted(p.name for p in dumps.iterdir()) == [f"{STEPS}.jsonl"]  # validated at the checkpoint's step
     rows = [json.loads(line) for line in (dumps / f"{STEPS}.jsonl").read_text().splitlines()]
     assert len(rows) == 64 * 8 and {r["data_source"] for r in rows} == {"aime2024", "aime2025"}
-    assert all("pred" in r for r in rows) and any(r["pred"] for r in rows)
+    assert all("pred" in r for r in rows)  # verl_ext.evaluation.scoring scored every sample
+    answered = {source: any(r["pred"] not in (None, "", "[INVALID]") for r in rows if r["data_source"] == source)
+                for source in ("aime2024", "aime2025")}  # fmt: skip
     logged = {}
     for line in (scale_dir / "eval-dapo-erc.jsonl").read_text().splitlines():
         logged.update(json.loads(line)["data"])
 
-    csv_path, png = tmp_path / "passk.csv", tmp_path / "passk.png"
-    analyze = subprocess.run([sys.executable, "-m", "verl_ext.analyze", "--generations", f"clip_cov={dumps}",
-                              "--passk-out", str(png), "--passk-csv", str(csv_path)],
-                             capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert analyze.returncode == 0, analyze.stdout + analyze.stderr
-    assert png.stat().st_size > 10_000
-    table = {(r["data_source"], r["metric"]): float(r["mean"]) for r in csv.DictReader(csv_path.open())}
+    def analyze(dumps_arg: str, name: str) -> list[dict[str, str]]:
+        """``python -m verl_ext.analyze --generations`` on ``dumps_arg``; its CSV rows (the PNG must exist too)."""
+        png, table_csv = tmp_path / f"{name}.png", tmp_path / f"{name}.csv"
+        done = subprocess.run([sys.executable, "-m", "verl_ext.analyze", "--generations", dumps_arg, "--passk-out",
+                               str(png), "--passk-csv", str(table_csv)], capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert png.stat().st_size > 10_000
+        print(done.stdout)
+        return list(csv.DictReader(table_csv.open()))
+
+    table = {(r["data_source"], r["metric"]): float(r["mean"]) for r in analyze(f"clip_cov={dumps}", "eval")}
     for source in ("aime2024", "aime2025"):
         # the dump read our way gives the accuracy verl computed itself during validation
         assert table[(source, "avg@8")] == pytest.approx(logged[f"val-core/{source}/acc/mean@8"], abs=1e-9)
-        assert {f"pass@{k}" for k in (1, 2, 4, 8)} | {f"maj@{k}" for k in (1, 2, 4, 8)} <= {m for s, m in table if s == source}
-    print(analyze.stdout)
+        metrics = {m for s, m in table if s == source}
+        assert {f"pass@{k}" for k in (1, 2, 4, 8)} <= metrics
+        # maj@k needs extracted answers: 3 updates at lr 2e-3 sometimes leave a policy that answers nothing (its
+        # validation accuracy 0, ~1-character responses), so whether it is reported follows the dump
+        assert ({f"maj@{k}" for k in (1, 2, 4, 8)} <= metrics) == answered[source], (answered, sorted(metrics))
 
     # the training run's own validations (before training and at step 3, DAPO's n = 2): pass@k over training
-    training = subprocess.run([sys.executable, "-m", "verl_ext.analyze", "--generations", str(ckpt.parent / "validation"),
-                               "--passk-out", str(tmp_path / "train.png"), "--passk-csv", str(tmp_path / "train.csv")],
-                              capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert training.returncode == 0, training.stdout + training.stderr
-    rows = list(csv.DictReader((tmp_path / "train.csv").open()))
+    rows = analyze(str(ckpt.parent / "validation"), "train")
     assert sorted({int(r["step"]) for r in rows}) == [0, STEPS]
     assert {r["metric"] for r in rows} >= {"avg@2", "pass@1", "pass@2", "maj@2"}  # math_dapo extracts answers

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from verl_ext.analysis.pass_at_k import avg_at_n, k_values, maj_at_k, pass_at_k
-from verl_ext.analysis.run_reader import RunReadError
+from verl_ext.analysis.run_reader import RunReadError, split_label
 
 CORRECT_ABOVE = 0.5
 """A sample whose ``acc`` (else ``score``) is above this is correct."""
@@ -174,9 +174,8 @@ def dump_files(path: Path) -> dict[int, Path]:
 
 def read_evaluation(arg: str) -> Evaluation:
     """A ``[label=]path`` argument: a dump file or a ``validation_data_dir``, scored per step and data source."""
-    label, sep, raw = arg.partition("=")
-    path = Path(raw if sep else arg)
-    label = label if sep else (path.stem if path.is_file() else path.name)
+    label, path = split_label(arg)
+    label = label or (path.stem if path.is_file() else path.name)
     reports = {}
     for step, file in sorted(dump_files(path).items()):
         reports[step] = {source: score_source(source, step, prompts, file)
