@@ -1,7 +1,8 @@
 """The entropy autopilot on the CPU recipe (verl's trainer, vLLM rollout), next to fixed-ratio Clip-Cov and vanilla.
 
-For each seed, three runs of ``recipe/cpu_tiny.sh`` (same model, data and settings): ``vanilla``, ``clip_cov`` with
-its fixed ratio (``COV_RATIO``, 0.02) and ``clip_cov`` with the autopilot holding ``--target`` nats per token. Per
+For each seed, one ``python -m verl_ext.demo --losses vanilla,clip_cov --entropy-target T`` (three runs of
+``recipe/cpu_tiny.sh`` with the same model, data and settings): ``vanilla``, ``clip_cov`` with its fixed ratio
+(``COV_RATIO``, 0.02) and ``autopilot``, ``clip_cov`` with the autopilot holding ``--target`` nats per token. Per
 run: the mean absolute relative gap to the target over the second half (``mean |H - H*| / H*``), the entropy and
 reward over the last 5 steps, and for the autopilot the ratio trajectory and the share of steps on a ratio bound.
 
@@ -15,27 +16,31 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from recipe_runs import run_recipe  # noqa: E402
+from verl_ext.demo.runs import log_path, read_steps
 
 VARIANTS = ("vanilla", "clip_cov", "autopilot")
 
 
-def run(variant: str, seed: int, target: float, steps: int, work: Path, v1: bool) -> dict[str, Any]:
-    args = ["trainer.val_before_train=False", f"trainer.use_v1={v1}"]
-    if variant == "autopilot":
-        args += ["verl_ext.entropy_control.enable=true", f"verl_ext.entropy_control.target={target}",
-                 "verl_ext.entropy_control.ratio_min=0.001", "verl_ext.entropy_control.ratio_max=0.5"]  # fmt: skip
-    rows = run_recipe(work, f"{variant}_seed{seed}", args, WORK_DIR=str(work / f"seed{seed}"),
-                      LOSS="vanilla" if variant == "vanilla" else "clip_cov", SEED=str(seed), STEPS=str(steps))  # fmt: skip
+def demo(seed: int, target: float, steps: int, work: Path, v1: bool) -> Path:
+    """One demo (the three variants) for ``seed``; returns its output directory."""
+    out = work / f"seed{seed}"
+    cmd = [sys.executable, "-m", "verl_ext.demo", "--losses", "vanilla,clip_cov", "--entropy-target", str(target),
+           "--steps", str(steps), "--seed", str(seed), "--out", str(out), "--no-progress", "--", f"trainer.use_v1={v1}"]
+    subprocess.run(cmd, check=True)
+    return out
+
+
+def result(out: Path, variant: str, seed: int, target: float) -> dict[str, Any]:
+    rows = read_steps(log_path(out, variant))
     entropy = [r["actor/entropy"] for r in rows]
     half = entropy[len(entropy) // 2:]
-    result = {
+    record = {
         "variant": variant, "seed": seed,
         "tracking_error": statistics.fmean(abs(h - target) / target for h in half),
         "entropy_last": statistics.fmean(entropy[-5:]),
@@ -43,10 +48,10 @@ def run(variant: str, seed: int, target: float, steps: int, work: Path, v1: bool
         "entropy": entropy,
     }  # fmt: skip
     if variant == "autopilot":
-        result["ratio"] = [r["entropy_control/ratio"] for r in rows]
-        result["selected_frac"] = [r["actor/clip_cov/batch_selected_frac"] for r in rows]
-        result["saturated_share"] = statistics.fmean(r["entropy_control/saturated"] for r in rows[len(rows) // 2:])
-    return result
+        record["ratio"] = [r["entropy_control/ratio"] for r in rows]
+        record["selected_frac"] = [r["actor/clip_cov/batch_selected_frac"] for r in rows]
+        record["saturated_share"] = statistics.fmean(r["entropy_control/saturated"] for r in rows[len(rows) // 2:])
+    return record
 
 
 def table(results: list[dict[str, Any]], target: float) -> str:
@@ -77,8 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     results = []
     for seed in args.seeds:
+        out = demo(seed, args.target, args.steps, work, args.v1)
         for variant in VARIANTS:
-            results.append(run(variant, seed, args.target, args.steps, work, args.v1))
+            results.append(result(out, variant, seed, args.target))
             r = results[-1]
             print(f"seed {seed} {variant}: gap {r['tracking_error']:.1%}, entropy {r['entropy_last']:.2f}, "
                   f"reward {r['reward_last']:.3f}", flush=True)  # fmt: skip

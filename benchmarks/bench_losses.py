@@ -169,7 +169,7 @@ def bench_losses(args: argparse.Namespace, device: torch.device) -> list[dict]:
 
 def bench_engine(args: argparse.Namespace) -> list[dict]:
     """One update through verl's FSDP2 engine on a tiny model: vanilla, vanilla + entropy, grpo_erc."""
-    from bench_engine import benchmark_update  # verl's TrainingWorker on gloo (verl_ext.cpu.engine)
+    from bench_engine import benchmark_update  # verl's TrainingWorker on gloo (verl_ext.testbed.engine)
 
     return benchmark_update(repeats=args.engine_repeats, batch=args.engine_batch, response_length=args.engine_len)
 

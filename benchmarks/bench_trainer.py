@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--summarise-only needs --work, the folder of an earlier run")
     if args.steps < 3 or args.rounds < 1 or args.gpus_per_node not in (1, 2, 4, 8):
         parser.error("--steps must be >= 3, --rounds >= 1 and --gpus-per-node one of 1, 2, 4, 8")
-    from verl_ext.cpu.task import write_assets
+    from verl_ext.testbed.task import write_assets
     from verl_ext.cpu.machine import machine_info
 
     work = args.work or Path(tempfile.mkdtemp(prefix="verl_ext_bench_trainer_"))

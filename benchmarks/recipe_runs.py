@@ -3,12 +3,13 @@ overhead, entropy autopilot)."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from verl_ext.demo.runs import read_steps
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -28,5 +29,4 @@ def run_recipe(work: Path, exp: str, args: list[str], timeout: int = 3600, **var
 
 def read_rows(work: Path, exp: str) -> list[dict[str, Any]]:
     """The metrics of each step of experiment ``exp`` logged in ``work/<exp>.jsonl``, in step order."""
-    rows = sorted(map(json.loads, (work / f"{exp}.jsonl").read_text().splitlines()), key=lambda row: row["step"])
-    return [row["data"] for row in rows]
+    return read_steps(work / f"{exp}.jsonl")

@@ -24,6 +24,6 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A randomly initialised tiny Qwen2 + tokenizer saved with ``save_pretrained`` (seed 0)."""
-    from verl_ext.cpu.tiny_model import build_tiny_model
+    from verl_ext.testbed.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny_qwen2"), seed=0)

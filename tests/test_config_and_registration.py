@@ -14,7 +14,7 @@ import torch
 import _oracles as O
 from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
 from verl.workers.config import PolicyLossConfig as VerlPolicyLossConfig
-from verl_ext.config import PolicyLossConfig
+from verl_ext.config import ConfigError, PolicyLossConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,8 +37,9 @@ BAD_VALUES = [
 
 @pytest.mark.parametrize("key,value,allowed", BAD_VALUES)
 def test_bad_hyperparameter_rejected_at_config_time(key, value, allowed):
-    with pytest.raises(ValueError, match=rf"actor_rollout_ref\.actor\.policy_loss\.{key}=.*invalid: allowed.*{allowed}"):
+    with pytest.raises(ConfigError, match=rf"actor_rollout_ref\.actor\.policy_loss\.{key}: .*invalid: allowed.*{allowed}") as err:
         PolicyLossConfig(**{key: value})
+    assert err.value.key == f"actor_rollout_ref.actor.policy_loss.{key}"
 
 
 @pytest.mark.parametrize("key,value,allowed", [b for b in BAD_VALUES if b[0] in ("clip_cov_ratio", "kl_cov_ratio", "ppo_kl_coef")])
@@ -47,7 +48,7 @@ def test_bad_value_in_plain_verl_config_rejected_by_the_loss(key, value, allowed
     name = "kl_cov" if key != "clip_cov_ratio" else "clip_cov"
     cfg = O.actor_config(VerlPolicyLossConfig(loss_mode=name, **{key: value}))
     old, lp, adv, mask = O.batch()
-    with pytest.raises(ValueError, match=rf"policy_loss\.{key}="):
+    with pytest.raises(ConfigError, match=rf"policy_loss\.{key}: "):
         POLICY_LOSS_REGISTRY[name](old, lp, adv, mask, "token-mean", cfg, None)
 
 
@@ -55,10 +56,10 @@ def test_bad_actor_clip_values_rejected():
     old, lp, adv, mask = O.batch()
     h = torch.ones_like(old)
     cfg = O.actor_config(PolicyLossConfig(), clip_ratio_c=1.0)
-    with pytest.raises(ValueError, match=r"actor_rollout_ref\.actor\.clip_ratio_c=1.0 is invalid"):
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref\.actor\.clip_ratio_c: 1.0 is invalid"):
         POLICY_LOSS_REGISTRY["grpo_erc"](old, lp, adv, mask, "token-mean", cfg, None, entropy=h, old_entropy=h)
     cfg = O.actor_config(PolicyLossConfig(), eps_low=-0.1)
-    with pytest.raises(ValueError, match=r"clip_ratio_low=-0.1"):
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref\.actor\.clip_ratio_low: clip_ratio_low=-0.1"):
         POLICY_LOSS_REGISTRY["clip_cov"](old, lp, adv, mask, "token-mean", cfg, None)
 
 
@@ -147,6 +148,10 @@ def test_wheel_ships_configs_and_entry_point(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     for loss in ("clip_cov", "kl_cov", "grpo_erc", "gppo_erc", "base"):
         assert f"verl_ext/configs/policy_loss/{loss}.yaml" in names
+    recipes = {p.name for p in (ROOT / "recipe").glob("*.sh")}
+    assert {n.split("/")[-1] for n in names if n.startswith("verl_ext/recipe/") and n.endswith(".sh")} == recipes
+    for package in ("testbed", "driver", "checks", "control"):  # the packages of the new layout
+        assert f"verl_ext/{package}/__init__.py" in names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "[verl.plugins]" in text and "verl_ext = verl_ext.registration:register" in text
@@ -179,6 +184,54 @@ def test_pyproject_lists_exactly_the_packages_in_the_tree():
     setup = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
     listed = set(setup["packages"])
     in_tree = {".".join(p.parent.relative_to(root).parts) for p in (root / "verl_ext").rglob("__init__.py")}
-    in_tree.add("verl_ext.configs")  # package-dir mapping: configs/ ships as verl_ext.configs
-    assert (root / setup["package-dir"]["verl_ext.configs"] / "__init__.py").is_file()
+    for mapped in ("verl_ext.configs", "verl_ext.recipe"):  # package-dir mapping: configs/, recipe/ ship inside
+        in_tree.add(mapped)
+        assert (root / setup["package-dir"][mapped] / "__init__.py").is_file()
     assert listed == in_tree, f"listed only: {sorted(listed - in_tree)}, in the tree only: {sorted(in_tree - listed)}"
+
+
+REGISTRY_PROBE = (
+    "import verl\n"
+    "from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY as R\n"
+    "print(' '.join(R[name].__module__ for name in ('clip_cov', 'kl_cov', 'grpo_erc', 'gppo_erc')))\n"
+)
+
+
+def probe_registry(**env: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if k not in ("RANK", "VERL_EXT_KEEP_VERL_COV", "VERL_PLATFORM")}
+    return subprocess.run([sys.executable, "-c", REGISTRY_PROBE], env={**clean, **env}, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+
+
+def test_verl_ext_replaces_verl_cov_losses_and_says_so_once_on_rank_0():
+    done = probe_registry(RANK="0")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["verl_ext.losses.clip_cov", "verl_ext.losses.kl_cov", "verl_ext.losses.grpo_erc",
+                                   "verl_ext.losses.gppo_erc"]  # fmt: skip
+    lines = [line for line in done.stderr.splitlines() if "replacing verl's built-ins" in line]
+    assert lines == ["verl_ext: clip_cov and kl_cov are verl_ext's (batch-scope selection), replacing verl's built-ins "
+                     "of the same names; VERL_EXT_KEEP_VERL_COV=1 keeps verl's"]  # fmt: skip
+    other_rank = probe_registry(RANK="1")  # every other process registers silently
+    assert other_rank.stdout == done.stdout and "clip_cov and kl_cov" not in other_rank.stderr
+
+
+def test_keep_verl_cov_switch_keeps_verl_builtins_and_registers_erc():
+    done = probe_registry(RANK="0", VERL_EXT_KEEP_VERL_COV="1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["verl.trainer.ppo.core_algos", "verl.trainer.ppo.core_algos",
+                                   "verl_ext.losses.grpo_erc", "verl_ext.losses.gppo_erc"]  # fmt: skip
+    assert "VERL_EXT_KEEP_VERL_COV=1: clip_cov and kl_cov are verl's built-ins" in done.stderr
+
+
+@pytest.mark.parametrize("value,loss,message", [
+    ("yes", "grpo_erc", "VERL_EXT_KEEP_VERL_COV='yes' is invalid: allowed 0"),
+    ("1", "clip_cov", "'clip_cov' is verl's built-in here (VERL_EXT_KEEP_VERL_COV=1)"),
+])  # fmt: skip
+def test_keep_verl_cov_switch_errors_name_the_variable(value, loss, message):
+    """A bad value, and verl_ext's trainer asked to run verl's built-in (whose selection, keys and metrics differ)."""
+    clean = {k: v for k, v in os.environ.items() if k not in ("RANK", "VERL_PLATFORM")}
+    done = subprocess.run([sys.executable, "-m", "verl_ext.main_ppo", "verl_ext.dry_run=true",
+                           f"actor_rollout_ref.actor.policy_loss.loss_mode={loss}"],
+                          env={**clean, "VERL_EXT_KEEP_VERL_COV": value}, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-3000:]
+    assert message in done.stderr, done.stderr[-3000:]

@@ -1,7 +1,8 @@
 """The package layout holds: every module's verl_ext imports go to its own package or to a lower one.
 
-Levels (docs/ARCHITECTURE.md): config 0; losses, cpu, analysis, evaluation 1; registration 2; trainer 3; demo 4; the
-package root and the ``python -m`` shims above everything. Imports inside functions count too.
+Levels (docs/ARCHITECTURE.md): config, contract 0; losses, control, cpu, analysis, evaluation 1; registration, testbed 2;
+driver 3; trainer 4; checks 5; demo 6; the package root and the ``python -m`` entry points above everything. Imports
+inside functions count too, and no two modules import each other, directly or through others.
 """
 
 from __future__ import annotations
@@ -16,13 +17,18 @@ PACKAGE = ROOT / "verl_ext"
 
 LEVELS = {
     "verl_ext.config": 0,
+    "verl_ext.contract": 0,
     "verl_ext.losses": 1,
+    "verl_ext.control": 1,
     "verl_ext.cpu": 1,
     "verl_ext.analysis": 1,
     "verl_ext.evaluation": 1,
     "verl_ext.registration": 2,
-    "verl_ext.trainer": 3,
-    "verl_ext.demo": 4,
+    "verl_ext.testbed": 2,
+    "verl_ext.driver": 3,
+    "verl_ext.trainer": 4,
+    "verl_ext.checks": 5,
+    "verl_ext.demo": 6,
     "verl_ext": 9,
     "verl_ext.main_ppo": 9,
     "verl_ext.analyze": 9,
@@ -92,3 +98,62 @@ def test_test_file_names_are_unique():
     """Test folders are not packages, so pytest (and spawned test workers) import test files by their name."""
     names = [p.name for p in (ROOT / "tests").rglob("test_*.py")]
     assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+
+
+def resolve(target: str, known: set[str]) -> str | None:
+    """The module an import names: itself, or the package it is in when it names an attribute of that package."""
+    while target and target not in known:
+        target = target.rpartition(".")[0]
+    return target or None
+
+
+def imported_modules(path: Path) -> list[str]:
+    """Every verl_ext module the file imports; ``from a.b import c`` names ``a.b.c`` (``resolve`` falls back to
+    ``a.b`` when ``c`` is an attribute)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names if alias.name.split(".")[0] == "verl_ext"]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "verl_ext":
+            found += [f"{node.module}.{alias.name}" for alias in node.names]
+    return found
+
+
+def test_no_two_modules_import_each_other_directly_or_through_others():
+    """An import circle between modules (``a`` imports ``b`` and ``b`` imports ``a``, at module level or inside a
+    function, through any number of other modules) fails; a package's ``__init__`` counts as a module."""
+    graph: dict[str, set[str]] = {}
+    known = {module_name(p) for p in MODULES}
+    for path in MODULES:
+        here = module_name(path)
+        graph[here] = {m for t in imported_modules(path) if (m := resolve(t, known)) and m != here}
+    seen: dict[str, int] = {}  # 1 on the current path, 2 done
+    path_stack: list[str] = []
+
+    def visit(node: str) -> None:
+        seen[node] = 1
+        path_stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if seen.get(nxt) == 1:
+                circle = path_stack[path_stack.index(nxt):] + [nxt]
+                pytest.fail("import circle: " + " -> ".join(circle))
+            if nxt not in seen:
+                visit(nxt)
+        path_stack.pop()
+        seen[node] = 2
+
+    for node in sorted(graph):
+        if node not in seen:
+            visit(node)
+
+
+def test_the_circle_check_finds_a_circle(monkeypatch, tmp_path):
+    """The check above can fail: two modules that import each other inside functions make a circle."""
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("def f():\n    from verl_ext.x import b\n")
+    b.write_text("def g():\n    import verl_ext.x.a\n")
+    names = {a: "verl_ext.x.a", b: "verl_ext.x.b"}
+    monkeypatch.setattr(__import__(__name__), "MODULES", [a, b])
+    monkeypatch.setattr(__import__(__name__), "module_name", lambda p: names[p])
+    with pytest.raises(pytest.fail.Exception, match="import circle: verl_ext.x.a -> verl_ext.x.b -> verl_ext.x.a"):
+        test_no_two_modules_import_each_other_directly_or_through_others()

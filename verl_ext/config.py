@@ -15,9 +15,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, TypeVar
 
+from omegaconf import OmegaConf
 from verl.workers.config import PolicyLossConfig as VerlPolicyLossConfig
 
-KEY_PREFIX = "actor_rollout_ref.actor.policy_loss."
+POLICY_LOSS_PREFIX = "actor_rollout_ref.actor.policy_loss."
+ACTOR_PREFIX = "actor_rollout_ref.actor."
 COV_SCOPES = ("batch", "micro")
 
 
@@ -101,8 +103,8 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-def _bad(key: str, value: Any, allowed: str) -> ValueError:
-    return ValueError(f"{KEY_PREFIX}{key}={value!r} is invalid: allowed {allowed}")
+def _bad(key: str, value: Any, allowed: str) -> ConfigError:
+    return ConfigError(f"{POLICY_LOSS_PREFIX}{key}", f"{value!r} is invalid: allowed {allowed}")
 
 
 def _number(key: str, value: Any) -> float:
@@ -171,10 +173,9 @@ def clip_ratios(config: Any) -> tuple[float, float]:
     eps_low = _number("clip_ratio_low", eps if low is None else low)
     eps_high = _number("clip_ratio_high", eps if high is None else high)
     if eps_low < 0 or eps_high < 0:
-        raise ValueError(
-            f"actor_rollout_ref.actor.clip_ratio_low={eps_low!r}, clip_ratio_high={eps_high!r} are invalid: "
-            "allowed numbers >= 0"
-        )
+        key = "clip_ratio_low" if eps_low < 0 else "clip_ratio_high"
+        raise ConfigError(f"{ACTOR_PREFIX}{key}", f"clip_ratio_low={eps_low!r}, clip_ratio_high={eps_high!r} are "
+                          "invalid: allowed numbers >= 0")
     return eps_low, eps_high
 
 
@@ -182,5 +183,14 @@ def dual_clip_c(config: Any) -> float:
     """The dual-clip constant ``clip_ratio_c`` of the actor config (verl's default 3.0); must be > 1."""
     c = _number("clip_ratio_c", config_value(config, "clip_ratio_c", 3.0))
     if not c > 1.0:
-        raise ValueError(f"actor_rollout_ref.actor.clip_ratio_c={c!r} is invalid: allowed a number > 1")
+        raise ConfigError(f"{ACTOR_PREFIX}clip_ratio_c", f"{c!r} is invalid: allowed a number > 1")
     return c
+
+
+def bounded_dynamic_sampling(config: Any) -> bool:
+    """Whether DAPO's dynamic sampling is on in V1's ``sync`` mode: the case whose refills verl_ext bounds with
+    ``algorithm.filter_groups.max_num_gen_batches`` (:func:`verl_ext.checks.validation.check_dynamic_sampling`, and the bound itself in
+    :func:`verl_ext.trainer.v1.generation_budget`)."""
+    return bool(OmegaConf.select(config, "algorithm.filter_groups.enable", default=False)) and (
+        OmegaConf.select(config, "trainer.v1.trainer_mode", default="sync") == "sync"
+    )

@@ -1,8 +1,94 @@
-"""``python -m verl_ext.main_ppo``: the training entry point (it lives in :mod:`verl_ext.trainer.main`)."""
+"""``python -m verl_ext.main_ppo``: verl's PPO trainer with verl_ext's losses, entropy and selection.
+
+A Hydra app whose config (``verl_ext.configs/verl_ext_trainer.yaml``) is verl's ``ppo_trainer`` plus
+verl_ext's keys, so every key works on the command line without ``+``::
+
+    python -m verl_ext.main_ppo policy_loss@actor_rollout_ref.actor.policy_loss=grpo_erc \\
+        actor_rollout_ref.actor.policy_loss.entropy_mask_low=0.95 ...
+
+It checks that verl_ext's losses are registered, validates the config (verl's checks and verl_ext's,
+see :mod:`verl_ext.checks.dry_run`), and runs verl's own ``run_ppo`` with verl_ext's TaskRunner:
+
+* ``trainer.use_v1=true`` (default): :class:`verl_ext.trainer.v1.VerlExtTaskRunnerV1`, verl's V1 trainer
+  for the selected ``trainer.v1.trainer_mode`` with :class:`verl_ext.trainer.v1.VerlExtV1Mixin`;
+* ``trainer.use_v1=false``: :class:`verl_ext.trainer.legacy.VerlExtTaskRunner`, verl's legacy
+  ``RayPPOTrainer`` as :class:`verl_ext.trainer.legacy.VerlExtRayPPOTrainer`.
+
+``verl_ext.dry_run=true`` stops after validation: it prints a summary and exits 0, or exits 2 naming the
+bad key, without starting Ray.
+"""
 
 from __future__ import annotations
 
-from verl_ext.trainer.main import main
+import os
+import sys
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from verl_ext.cpu import mode as cpu_mode
+from verl_ext.cpu.workarounds import keep_local_ray_on_loopback, private_ray_token_file
+from verl_ext.checks.dry_run import dry_run, error_line, validate
+from verl_ext.registration import ensure_registered
+from verl_ext.checks.validation import ConfigError
+
+CONFIG_PATH = "pkg://verl_ext.configs"
+"""Where the top config lives: the package ``verl_ext.configs`` (the repository's ``configs/``)."""
+
+CONFIG_NAME = "verl_ext_trainer"
+"""The top config: verl's ``ppo_trainer`` plus verl_ext's keys."""
+
+
+def task_runner_class(config: DictConfig) -> type:
+    """verl_ext's TaskRunner (a Ray actor class) for ``trainer.use_v1``."""
+    if config.trainer.get("use_v1", True):
+        from verl_ext.trainer.v1 import VerlExtTaskRunnerV1
+
+        return VerlExtTaskRunnerV1
+    from verl_ext.trainer.legacy import VerlExtTaskRunner
+
+    return VerlExtTaskRunner
+
+
+def run(config: DictConfig) -> int:
+    """Dry run or train; returns the exit status (0, or 2 for an invalid config or environment)."""
+    try:
+        ensure_registered()
+    except ValueError as exc:  # VERL_EXT_KEEP_VERL_COV holds something other than 0 / 1
+        print(f"verl_ext: invalid environment: {exc}", file=sys.stderr)
+        return 2
+    if OmegaConf.select(config, "verl_ext.dry_run", default=False) is True:
+        return dry_run(config)
+    try:
+        validate(config, load_models=False)
+    except ConfigError as exc:
+        print(error_line(exc), file=sys.stderr)
+        return 2
+
+    from verl.trainer.main_ppo import run_ppo
+    from verl.utils.device import auto_set_device
+
+    auto_set_device(config)
+    if cpu_mode.active() and not ray_cluster_address(config):
+        keep_local_ray_on_loopback()  # the local Ray (and vLLM's servers) listen on 127.0.0.1 only
+        private_ray_token_file()  # and its token (Ray turns token auth on) is readable by this user only
+    run_ppo(config, task_runner_class=task_runner_class(config))
+    return 0
+
+
+def ray_cluster_address(config: DictConfig) -> str | None:
+    """The Ray cluster verl will join (``ray_kwargs.ray_init.address`` or ``RAY_ADDRESS``), or ``None`` when it
+    starts a local one."""
+    return OmegaConf.select(config, "ray_kwargs.ray_init.address", default=None) or os.environ.get("RAY_ADDRESS") or None
+
+
+@hydra.main(config_path=CONFIG_PATH, config_name=CONFIG_NAME, version_base=None)
+def main(config: DictConfig) -> None:
+    """Hydra entry point of ``python -m verl_ext.main_ppo``."""
+    status = run(config)
+    if status:
+        sys.exit(status)
+
 
 if __name__ == "__main__":
     main()

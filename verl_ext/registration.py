@@ -2,34 +2,72 @@
 
 ``pyproject.toml`` declares ``verl_ext = "verl_ext.registration:register"`` in the ``verl.plugins`` entry-point
 group; ``import verl`` loads every such entry point in every process (driver, TaskRunner, Ray workers), which
-imports this module and so registers the losses (CPU mode has its own entry point, :mod:`verl_ext.cpu.plugin`). verl swallows plugin import errors at DEBUG level, so
-entry points of verl_ext call :func:`ensure_registered`, which fails loudly instead.
+imports this module and so registers the losses (CPU mode has its own entry point, :mod:`verl_ext.cpu.plugin`).
+verl swallows plugin import errors at DEBUG level, so entry points of verl_ext call :func:`ensure_registered`,
+which fails loudly instead.
+
+``clip_cov`` and ``kl_cov`` are also names of verl's built-in losses: verl_ext replaces them (batch-scope
+selection, reproducible, sync-free; a different ``pg_loss`` and ``actor/pg_clipfrac``) in every verl process of
+the environment, and says so in one line on the rank-0 training worker. ``VERL_EXT_KEEP_VERL_COV=1`` keeps
+verl's built-ins under those names (verl_ext then registers ``grpo_erc`` and ``gppo_erc`` only).
 """
 
 from __future__ import annotations
 
-import logging
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
 
-from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
+from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, register_policy_loss
 
-from verl_ext.losses import LOSSES
+from verl_ext.losses import COV_LOSSES, LOSSES
 
-logger = logging.getLogger(__name__)
-logger.info(
-    "verl_ext: policy losses %s registered; clip_cov and kl_cov now resolve to verl_ext's implementations "
-    "(batch-scope selection, reproducible, sync-free) instead of verl's built-ins",
-    sorted(LOSSES),
-)
+KEEP_VERL_COV_ENV = "VERL_EXT_KEEP_VERL_COV"
+"""``1``: keep verl's built-in ``clip_cov`` / ``kl_cov``; unset or ``0``: verl_ext's replace them."""
+
+_announced = False
+
+
+def keep_verl_cov() -> bool:
+    """Whether ``VERL_EXT_KEEP_VERL_COV=1``; any value but unset, ``0`` or ``1`` is a ``ValueError`` naming it."""
+    value = os.environ.get(KEEP_VERL_COV_ENV, "").strip()
+    if value not in ("", "0", "1"):
+        raise ValueError(f"{KEEP_VERL_COV_ENV}={value!r} is invalid: allowed 0 (verl_ext's clip_cov / kl_cov "
+                         "replace verl's) or 1 (keep verl's built-ins)")  # fmt: skip
+    return value == "1"
+
+
+def registered_losses() -> dict[str, Callable[..., Any]]:
+    """The losses verl_ext puts in verl's registry in this environment."""
+    if keep_verl_cov():
+        return {name: fn for name, fn in LOSSES.items() if name not in COV_LOSSES}
+    return dict(LOSSES)
+
+
+def replacement_line() -> str:
+    """What the rank-0 training worker prints once: which names are verl_ext's, and how to keep verl's."""
+    if keep_verl_cov():
+        return (f"verl_ext: {KEEP_VERL_COV_ENV}=1: clip_cov and kl_cov are verl's built-ins; verl_ext registered "
+                f"{', '.join(sorted(registered_losses()))}")  # fmt: skip
+    return ("verl_ext: clip_cov and kl_cov are verl_ext's (batch-scope selection), replacing verl's built-ins of the "
+            f"same names; {KEEP_VERL_COV_ENV}=1 keeps verl's")  # fmt: skip
 
 
 def register() -> None:
-    """(Re-)register verl_ext's losses; idempotent. Importing this module already did it once."""
-    POLICY_LOSS_REGISTRY.update(LOSSES)
+    """(Re-)register verl_ext's losses; idempotent. Importing this module already did it once. The process whose
+    ``RANK`` is 0 (verl's rank-0 training worker) prints :func:`replacement_line` the first time."""
+    global _announced
+    for name, fn in registered_losses().items():
+        register_policy_loss(name)(fn)
+    if not _announced and os.environ.get("RANK") == "0":
+        _announced = True
+        print(replacement_line(), file=sys.stderr, flush=True)
 
 
 def ensure_registered() -> None:
-    """Raise ``RuntimeError`` unless every verl_ext loss is what verl's registry resolves its name to."""
-    wrong = sorted(name for name, fn in LOSSES.items() if POLICY_LOSS_REGISTRY.get(name) is not fn)
+    """Raise ``RuntimeError`` unless every loss verl_ext registers is what verl's registry resolves its name to."""
+    wrong = sorted(name for name, fn in registered_losses().items() if POLICY_LOSS_REGISTRY.get(name) is not fn)
     if wrong:
         found = {name: getattr(POLICY_LOSS_REGISTRY.get(name), "__module__", None) for name in wrong}
         raise RuntimeError(
@@ -38,3 +76,12 @@ def ensure_registered() -> None:
             "point loads in every process, do not set VERL_USE_EXTERNAL_PLUGINS=none (or list `verl_ext` in it), "
             "and check that `python -c 'import verl_ext.registration'` imports without error."
         )
+
+
+try:
+    register()
+except ValueError:  # a bad VERL_EXT_KEEP_VERL_COV: ensure_registered() reports it by name (verl hides plugin errors)
+    pass
+
+__all__ = ["KEEP_VERL_COV_ENV", "ensure_registered", "keep_verl_cov", "register", "registered_losses",
+           "replacement_line"]  # fmt: skip

@@ -106,7 +106,7 @@ def test_config_group_follows_verl_platform(monkeypatch):
 def test_cpu_mode_rejects_what_it_cannot_run(monkeypatch, override, key):
     from hydra import compose, initialize_config_module
 
-    from verl_ext.trainer.validation import ConfigError, check_platform
+    from verl_ext.checks.validation import ConfigError, check_platform
 
     monkeypatch.setenv("VERL_PLATFORM", "cpu")
     with initialize_config_module(config_module="verl_ext.configs", version_base=None):
@@ -169,10 +169,26 @@ def test_cpu_mode_sizes_transfer_queue_threads_to_the_machine():
     assert plain.stdout.strip().splitlines()[-1] == "None"  # outside CPU mode nothing changes
 
 
+@cpu_only
+def test_cpu_mode_silences_verls_notices_about_engines_it_never_uses():
+    """verl warns in every process that imports its engines that torchtitan, veomni, automodel, mindspeed and megatron
+    are not available (five lines per process). CPU mode runs only the FSDP engine: it silences them in the process
+    and, through PYTHONWARNINGS, in every process it starts; outside CPU mode they stay (this test fails once verl
+    stops printing them, and the filter can go)."""
+    code = ("import os, subprocess, sys, verl, verl.workers.engine\n"
+            "child = 'import verl, verl.workers.engine'\n"
+            "subprocess.run([sys.executable, '-c', child], check=True)\n")  # fmt: skip
+    quiet = python(code, env={"VERL_PLATFORM": "cpu"})
+    assert quiet.returncode == 0, quiet.stderr[-3000:]
+    assert "engine is not available" not in quiet.stderr, quiet.stderr[-3000:]
+    plain = python(code)
+    assert plain.returncode == 0 and plain.stderr.count("UserWarning: megatron engine is not available") == 2, plain.stderr[-3000:]
+
+
 def test_verl_platform_cpu_next_to_cuda_is_a_config_error(monkeypatch):
     from hydra import compose, initialize_config_module
 
-    from verl_ext.trainer.validation import ConfigError, check_platform
+    from verl_ext.checks.validation import ConfigError, check_platform
 
     monkeypatch.setenv("VERL_PLATFORM", "cpu")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -332,7 +348,7 @@ _FORWARD_ONLY_ENGINE = """
     import torch
     from verl_ext.cpu import platform
     platform.activate()
-    from verl_ext.cpu.engine import init_cpu_process_group
+    from verl_ext.testbed.engine import init_cpu_process_group
     init_cpu_process_group()
     from verl.workers.config import FSDPEngineConfig, HFModelConfig, OptimizerConfig, TrainingWorkerConfig
     from verl.workers.engine_workers import TrainingWorker

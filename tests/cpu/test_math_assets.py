@@ -1,4 +1,4 @@
-"""``verl_ext.cpu.math_assets`` (the assets of ``SCALE=cpu``): synthetic sources in the hub formats go through the
+"""``verl_ext.testbed.math_assets`` (the assets of ``SCALE=cpu``): synthetic sources in the hub formats go through the
 project's ``scripts/data/prepare_*.py`` into rows verl's own scorers grade, and the tiny model's tokenizer encodes
 every prepared prompt and answer without losing a character (its vocabulary is closed: unknown characters would be
 dropped silently). The warm-up itself runs in tests/e2e/test_recipes_cpu.py, through the recipes."""
@@ -27,7 +27,7 @@ def prepare(script: str, *args: str, tmp: Path) -> None:
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from verl_ext.cpu.math_assets import write_sources
+    from verl_ext.testbed.math_assets import write_sources
 
     tmp = tmp_path_factory.mktemp("math_assets")
     src = write_sources(tmp / "src", train=64, test=8, seed=3)
@@ -51,7 +51,7 @@ def _oracle(text: str) -> str:
 def test_prepared_rows_are_graded_by_verls_scorers(prepared, name, source, rows):
     from verl.utils.reward_score import default_compute_score
 
-    from verl_ext.cpu.math_assets import target_response
+    from verl_ext.testbed.math_assets import target_response
 
     frame = pd.read_parquet(prepared / f"{name}.parquet")
     assert len(frame) == rows and set(frame["data_source"]) == {source}
@@ -69,8 +69,8 @@ def test_prepared_rows_are_graded_by_verls_scorers(prepared, name, source, rows)
 
 
 def test_tokenizer_round_trips_every_prompt_and_answer(prepared, tmp_path):
-    from verl_ext.cpu.math_assets import EVAL_FILES, TRAIN_FILES, _messages, _prepared, target_response, vocabulary
-    from verl_ext.cpu.tiny_model import build_tokenizer
+    from verl_ext.testbed.math_assets import EVAL_FILES, TRAIN_FILES, _messages, _prepared, target_response, vocabulary
+    from verl_ext.testbed.tiny_model import build_tokenizer
 
     rows = _prepared(prepared, TRAIN_FILES + EVAL_FILES)
     texts = [m["content"] for row in rows for m in _messages(row)]

@@ -105,7 +105,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Path:
     home = work / "home"
     home.mkdir()
     assets = work / "assets"
-    subprocess.run([sys.executable, "-m", "verl_ext.cpu.task", "--out", str(assets), "--target-length", "8"],
+    subprocess.run([sys.executable, "-m", "verl_ext.testbed.task", "--out", str(assets), "--target-length", "8"],
                    check=True, capture_output=True, text=True, timeout=300)  # fmt: skip
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "VERL_"))}
     env.update(

@@ -11,6 +11,7 @@ that admit every token (so its budget, not the bounds, decides how many are pick
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
@@ -61,12 +62,12 @@ rows into micro-batches of unequal size, differently in the old-log-prob pass an
 class Run:
     """One finished training run: its JSONL rows by step, its output, its checkpoint folder."""
 
-    def __init__(self, name: str, root: Path, output: str):
+    def __init__(self, name: str, root: Path, output: str, log: Path | None = None):
         self.name = name
         self.output = output
         self.ckpts = root / "ckpts" / name
-        self.lens = root / f"{name}.lens.jsonl"
-        log = root / f"{name}.jsonl"
+        log = log or root / f"{name}.jsonl"
+        self.lens = log.with_name(f"{name}.lens.jsonl")
         assert log.exists(), f"{name}: no JSONL at {log}\n{output[-6000:]}"
         self.steps: dict[int, dict[str, Any]] = {}
         for line in log.read_text().splitlines():
@@ -83,7 +84,7 @@ class Run:
 def assets(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny model and the task data, built once (the recipe's own builder)."""
     root = tmp_path_factory.mktemp("cpu_e2e")
-    subprocess.run([sys.executable, "-m", "verl_ext.cpu.task", "--out", str(root), "--target-length", str(LENGTH)],
+    subprocess.run([sys.executable, "-m", "verl_ext.testbed.task", "--out", str(root), "--target-length", str(LENGTH)],
                    check=True, capture_output=True, text=True, timeout=300)  # fmt: skip
     (root / "varied_reward.py").write_text(
         "def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n"
@@ -114,20 +115,34 @@ def train(root: Path, name: str, loss: str, *overrides: str, **env: str) -> Run:
     return Run(name, root, output)
 
 
+def demo(root: Path, *args: str) -> Run:
+    """``python -m verl_ext.demo --losses autopilot ...`` on the shared assets (2 steps): the demo's one run is the CPU
+    recipe with the entropy autopilot; ``args`` after ``--`` are Hydra overrides. Returns the run, whose output is
+    the demo's own and verl's (``train.log``)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RAY_"))}
+    proc = subprocess.run([sys.executable, "-m", "verl_ext.demo", "--losses", "autopilot", "--entropy-target", "3.0",
+                           "--steps", "2", "--prompts-per-step", str(PROMPTS), "--samples-per-prompt", str(N),
+                           "--response-length", str(LENGTH), "--cov-ratio", str(COV_RATIO), "--out", str(root),
+                           "--no-progress", "--", *args],
+                          env={**env, "HYDRA_FULL_ERROR": "1"}, capture_output=True, text=True, timeout=900)  # fmt: skip
+    log = root / "train.log"
+    output = proc.stdout + proc.stderr + (log.read_text() if log.exists() else "")
+    assert proc.returncode == 0, f"demo: exit {proc.returncode}\n{output[-8000:]}"
+    return Run("autopilot", root, output, log=root / "runs" / "autopilot.jsonl")
+
+
 @pytest.fixture(scope="module")
 def runs(assets: Path):
     """``runs(name)``: the run of that name, trained on first use."""
-    plans: dict[str, tuple[str, tuple[str, ...], dict[str, str]]] = {
-        # V1 trainer, batch-scope Clip-Cov with the autopilot and the lens, dynamic batch size, a checkpoint at step 2
-        "v1_autopilot_lens": ("clip_cov", ("actor_rollout_ref.actor.policy_loss.clip_cov_lb=-100",
-                                           "actor_rollout_ref.actor.policy_loss.clip_cov_ub=100", *DYNAMIC_BSZ,
-                                           *AUTOPILOT, "verl_ext.token_lens.enable=true", "trainer.save_freq=2"), {}),
-    }  # fmt: skip
 
     @cache
     def get(name: str) -> Run:
-        loss, overrides, env = plans[name]
-        return train(assets, name, loss, *overrides, **env)
+        assert name == "demo_autopilot_lens", name
+        # V1 trainer through the demo: batch-scope Clip-Cov with the autopilot and the lens, dynamic batch size, a
+        # checkpoint at step 2
+        return demo(assets, "actor_rollout_ref.actor.policy_loss.clip_cov_lb=-100",
+                    "actor_rollout_ref.actor.policy_loss.clip_cov_ub=100", *DYNAMIC_BSZ,
+                    "verl_ext.token_lens.enable=true", "trainer.save_freq=2")  # fmt: skip
 
     return get
 
@@ -149,7 +164,7 @@ def budget(run: Run, step: int, ratio: float) -> float:
 # every loss, both trainers
 # ----------------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["v1_autopilot_lens"])
+@pytest.mark.parametrize("name", ["demo_autopilot_lens"])
 def test_trains_two_steps_with_finite_metrics_and_live_weight_sync(runs, name):
     """2 steps of verl's loop; the update moved the policy (ppo_kl != 0 in step 1) and the rollout engine
     serves the updated weights in step 2 (vLLM's and the actor's log-probs of the same tokens agree); the
@@ -185,7 +200,7 @@ def test_actor_parameters_changed(runs, assets):
     """The step-2 checkpoint's actor weights differ from the initial model's."""
     from safetensors.torch import load_file
 
-    run = runs("v1_autopilot_lens")
+    run = runs("demo_autopilot_lens")
     saved = torch.load(run.ckpts / "global_step_2" / "actor" / "model_world_size_1_rank_0.pt", map_location="cpu",
                        weights_only=False)  # fmt: skip
     initial = load_file(assets / "model" / "model.safetensors")
@@ -205,7 +220,7 @@ def lens_rows(run: Run) -> dict[int, list[dict]]:
 def test_autopilot_sets_the_ratio_and_the_lens_writes_the_selection(runs):
     """V1 trainer: the autopilot's ratio of each step is the one the selection used (its budget), and the lens
     wrote exactly that many tokens, decoded, at valid positions."""
-    run = runs("v1_autopilot_lens")
+    run = runs("demo_autopilot_lens")
     all_finite(run)
     rows = lens_rows(run)
     for step in (1, 2):
@@ -351,3 +366,20 @@ def test_selection_is_the_same_with_one_or_two_ranks_and_fixed_or_dynamic_micro_
         assert run.metric(1, "actor/clip_cov/batch_selected_frac") == reference.metric(1, "actor/clip_cov/batch_selected_frac")
         assert run.metric(1, "actor/clip_cov/batch_cov_selected_mean") == pytest.approx(
             reference.metric(1, "actor/clip_cov/batch_cov_selected_mean"), rel=1e-5, abs=1e-7)
+
+
+def test_demo_reports_its_run_and_the_replacement_is_announced_once(runs, assets):
+    """The demo's outputs from its run of verl's trainer: the terminal table and the autopilot's tracking line, the
+    CSV (the JSONL's steps), the PNG; and verl_ext's one line saying its clip_cov replaces verl's, printed by the
+    rank-0 training worker only."""
+    run = runs("demo_autopilot_lens")
+    assert "autopilot" in run.output and "mean |H - H*| / H*" in run.output, run.output[:3000]
+    with open(assets / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["run"], int(r["step"])) for r in rows] == [("autopilot", 1), ("autopilot", 2)]
+    assert [float(r["actor/entropy"]) for r in rows] == [run.metric(s, "actor/entropy") for s in (1, 2)]
+    png = assets / "entropy_demo.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    announced = [line for line in run.output.splitlines() if "replacing verl's built-ins" in line]
+    assert len(announced) == 1, announced
+    assert "engine is not available" not in run.output  # CPU mode silences verl's notices about unused engines

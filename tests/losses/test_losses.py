@@ -78,23 +78,35 @@ def _selected_from_grad(grad, old, lp, adv, mask, eps_low, eps_high):
     return sel
 
 
+def clip_cov_oracle_choice(old, lp, adv, mask, ratio, lb, ub, eps_low, eps_high, draws):
+    """The paper's rule, in float64 Python, given the draws: the candidates are the valid tokens that PPO did not clip
+    with lb < cov < ub; ``k = max(1, floor(ratio * N))`` of them are taken uniformly at random - here, given one random
+    number per token (``draws``), the k candidates with the smallest (draw, flat position)."""
+    covs = O.covariances(adv, lp, mask)
+    candidates = [t for t, c in covs.items()
+                  if lb < c < ub and not O.is_ppo_clipped(float(lp[t]), float(old[t]), float(adv[t]), eps_low, eps_high)]  # fmt: skip
+    width = mask.shape[1]
+    ranked = sorted(candidates, key=lambda t: (int(draws[t]), t[0] * width + t[1]))
+    return set(ranked[: O.budget(ratio, len(covs))]), set(candidates), covs
+
+
 def test_clip_cov_candidates_budget_and_gradients():
+    """The tokens Clip-Cov detaches are those of an independent oracle of the paper's rule with the same draws (the
+    counter-based hash of the loss's key, old log-probs, is the random source both use); loss and gradient match
+    the oracle's with those tokens detached."""
+    from verl_ext.losses.selection import token_hash
+
     old, lp, adv, mask, cfg = _clip_cov_case()
     eps_low, eps_high = cfg.clip_ratio_low, cfg.clip_ratio_high
-    covs = O.covariances(adv, lp, mask)
-    lb, ub = cfg.policy_loss.clip_cov_lb, cfg.policy_loss.clip_cov_ub
-    candidates = {
-        t
-        for t, c in covs.items()
-        if lb < c < ub and not O.is_ppo_clipped(float(lp[t]), float(old[t]), float(adv[t]), eps_low, eps_high)
-    }
-    k = O.budget(cfg.policy_loss.clip_cov_ratio, len(covs))
+    pl = cfg.policy_loss
+    draws = token_hash(pl.cov_seed, old, mask)
+    chosen, candidates, covs = clip_cov_oracle_choice(old, lp, adv, mask, pl.clip_cov_ratio, pl.clip_cov_lb,
+                                                      pl.clip_cov_ub, eps_low, eps_high, draws)  # fmt: skip
+    k = O.budget(pl.clip_cov_ratio, len(covs))
     assert len(candidates) > k, "fixture must have more candidates than the budget"
 
     got, got_grad, metrics = run("clip_cov", old, lp, adv, mask, cfg)
-    chosen = _selected_from_grad(got_grad, old, lp, adv, mask, eps_low, eps_high)
-    assert len(chosen) == k
-    assert chosen <= candidates
+    assert _selected_from_grad(got_grad, old, lp, adv, mask, eps_low, eps_high) == chosen
 
     def total(lpv):
         per = {}

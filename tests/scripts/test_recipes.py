@@ -118,14 +118,35 @@ def test_recipe_set_and_structure():
         assert res.returncode == 0, f"{path}: {res.stderr}"
 
 
+def composed(cmd: list[str]):
+    """The config ``python -m verl_ext.main_ppo`` composes from the command's overrides (Hydra, in-process)."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_module(config_module="verl_ext.configs", version_base=None):
+            return compose(config_name="verl_ext_trainer", overrides=cmd[3:])
+    finally:
+        GlobalHydra.instance().clear()
+
+
 @pytest.mark.parametrize("name", sorted(RECIPES))
 def test_recipe_command(name, tmp_path):
+    """The config each recipe composes holds the papers' settings for its loss and family (read from the composed
+    config, typed, not from the command's text); the paths follow the environment."""
+    import yaml
+    from omegaconf import OmegaConf
+
     family, settings = RECIPES[name]
     cmd = command(RECIPE_DIR / f"{name}.sh", env=base_env(tmp_path))
     assert cmd[:3] == [sys.executable, "-m", "verl_ext.main_ppo"]
-    values = effective(cmd)
+    config = composed(cmd)
     for key, value in {**COMMON, **FAMILY[family], **settings}.items():
-        assert values.get(key) == value, f"{name}: {key}={values.get(key)!r}, expected {value!r}"
+        got = OmegaConf.select(config, key, default="<missing>")
+        got = OmegaConf.to_container(got) if OmegaConf.is_config(got) else got
+        assert got == yaml.safe_load(value), f"{name}: {key}={got!r}, expected {value!r}"
+    values = effective(cmd)
     assert "verl_ext.dry_run" not in values
     assert values["trainer.experiment_name"] == name.replace("_", "-")
     assert values["trainer.default_local_dir"] == f"{tmp_path}/ckpts/verl_ext_{family}/{name.replace('_', '-')}"
@@ -341,7 +362,7 @@ def write_dry_run_inputs(root: Path) -> dict[str, str]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from verl_ext.cpu.tiny_model import build_tiny_model
+    from verl_ext.testbed.tiny_model import build_tiny_model
 
     data = root / "data"
     data.mkdir()
@@ -398,7 +419,7 @@ def test_cpu_recipe_command_per_loss(loss, tmp_path):
     values = effective(command(CPU_RECIPE, env={**base_env(tmp_path), "LOSS": loss, "WORK_DIR": str(tmp_path / "w")}))
     assert values[LOSS + "loss_mode"] == loss
     assert values["algorithm.adv_estimator"] == "grpo" and values["actor_rollout_ref.model.path"] == f"{tmp_path}/w/model"
-    assert values["reward.custom_reward_function.path"] == "pkg://verl_ext.cpu.task"
+    assert values["reward.custom_reward_function.path"] == "pkg://verl_ext.testbed.task"
     assert values["trainer.logger"] == "['console','file']" and values["trainer.experiment_name"] == f"cpu-tiny-{loss}"
     assert values["ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"] == f"{tmp_path}/w/cpu-tiny-{loss}.jsonl"
     expected = {"clip_cov": {LOSS + "clip_cov_ratio": "0.02", PREFIX + "clip_ratio_low": "1.0"},

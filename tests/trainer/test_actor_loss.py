@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 
-from verl_ext.cpu.engine import make_batch
+from verl_ext.testbed.engine import make_batch
 
 AGG_MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
 
@@ -207,8 +207,11 @@ def test_empty_micro_batch_gives_finite_zero_clipped_kl():
     ],
 )
 def test_bad_kl_clip_values_name_the_key(kwargs, key):
-    with pytest.raises(ValueError, match=rf"actor_rollout_ref\.actor\.{key}=.*allowed"):
+    from verl_ext.config import ConfigError
+
+    with pytest.raises(ConfigError, match=rf"actor_rollout_ref\.actor\.{key}: .*allowed") as err:
         actor_config(**kwargs)
+    assert err.value.key == f"actor_rollout_ref.actor.{key}"
 
 
 def test_per_token_threshold_is_the_default():
@@ -226,12 +229,26 @@ def test_batch_scope_cov_loss_needs_cov_selected_and_micro_scope_does_not():
 
 
 def test_batch_scope_selection_is_what_the_loss_uses():
-    """Everything selected -> no token is detached, the loss equals vanilla's; nothing selected -> vanilla too
-    but the selected fraction metric follows the given mask exactly."""
+    """The loss applies the batch's ``cov_selected`` as given. Clip-Cov with nothing selected equals vanilla PPO
+    (value and gradient); with everything selected every token is detached: the same value, a zero gradient. KL-Cov's
+    selected fraction follows the given mask exactly."""
     from verl_ext.trainer.actor_loss import ppo_loss
 
     data, flat, _, _ = fixture()
     mask = data["response_mask"].bool()
+    clip_cov = actor_config("clip_cov", {"clip_cov_ratio": 0.5})
+    # verl's vanilla with its dual clip out of reach: PPO's clipped objective, which Clip-Cov builds on
+    vanilla_loss, vanilla_grad, _ = run(ppo_loss, actor_config("vanilla", clip_ratio_c=1e9), data, flat)
+    assert vanilla_grad.abs().sum() > 0
+    data["cov_selected"] = torch.zeros_like(mask)
+    loss, grad, _ = run(ppo_loss, clip_cov, data, flat)
+    torch.testing.assert_close(loss, vanilla_loss, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(grad, vanilla_grad, rtol=1e-12, atol=1e-14)
+    data["cov_selected"] = mask.clone()
+    loss, grad, _ = run(ppo_loss, clip_cov, data, flat)
+    torch.testing.assert_close(loss, vanilla_loss, rtol=1e-12, atol=1e-14)
+    assert torch.count_nonzero(grad) == 0
+
     half = mask.clone()
     half[:2] = False
     data["cov_selected"] = half

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from verl_ext.config import ConfigError
-from verl_ext.trainer.entropy_control import EntropyControlConfig, EntropyController, target_at
+from verl_ext.control.autopilot import EntropyControlConfig, EntropyController, target_at
 
 
 def plant(entropy: float, ratio: float, decay: float = 0.1, gain: float = 2.0) -> float:
@@ -51,6 +51,29 @@ def test_schedule_values():
 # ----------------------------------------------------------------------------------------------------------
 # the law
 # ----------------------------------------------------------------------------------------------------------
+
+
+def test_pi_law_on_a_trajectory_computed_by_hand():
+    """Target 1, kp = 1, ki = 0.5, rho_0 = 0.1, bounds [0.01, 0.5]; entropies e^-0.2, e^-1, e^-1, e^0.5 give the
+    log-space errors 0.2, 1, 1, -0.5. By hand (log rho = log 0.1 + kp e + ki (I + e)):
+      step 1: log 0.1 + 0.2 + 0.5 (0 + 0.2)   = log 0.1 + 0.3  -> 0.134986; I = 0.2
+      step 2: log 0.1 + 1 + 0.5 (0.2 + 1)     = log 0.1 + 1.6  -> 0.495303; I = 1.2
+      step 3: log 0.1 + 1 + 0.5 (1.2 + 1)     = log 0.1 + 2.1  -> 0.8166 > 0.5: 0.5, saturated, and the error pushes
+              further into the bound, so I stays 1.2 (anti-windup)
+      step 4: log 0.1 - 0.5 + 0.5 (1.2 - 0.5) = log 0.1 - 0.15 -> 0.086071; I = 0.7"""
+    cfg = EntropyControlConfig(enable=True, target=1.0, ratio_min=0.01, ratio_max=0.5, kp=1.0, ki=0.5)
+    controller = EntropyController(cfg, ratio_init=0.1)
+    expected = [(0.134986, 0.2, 0.2, 0.0), (0.495303, 1.0, 1.2, 0.0), (0.5, 1.0, 1.2, 1.0), (0.086071, -0.5, 0.7, 0.0)]
+    for step, (entropy, (ratio, error, integral, saturated)) in enumerate(
+        zip((math.exp(-0.2), math.exp(-1.0), math.exp(-1.0), math.exp(0.5)), expected), start=1
+    ):
+        got, metrics = controller.update(step, entropy)
+        assert got == pytest.approx(ratio, abs=1e-6), step
+        assert metrics["entropy_control/ratio"] == got
+        assert metrics["entropy_control/error"] == pytest.approx(error, abs=1e-12), step
+        assert metrics["entropy_control/integral"] == pytest.approx(integral, abs=1e-12), step
+        assert metrics["entropy_control/saturated"] == saturated, step
+        assert metrics["entropy_control/target"] == 1.0 and metrics["entropy_control/entropy"] == entropy
 
 
 def test_step_response_holds_the_target_on_a_synthetic_plant():
@@ -121,7 +144,7 @@ AUTOPILOT = ["policy_loss@actor_rollout_ref.actor.policy_loss=kl_cov", "actor_ro
 
 
 def test_validation_names_the_key_of_an_unsupported_setting(compose):
-    from verl_ext.trainer.validation import ConfigError, check_driver_features
+    from verl_ext.checks.validation import ConfigError, check_driver_features
 
     for overrides, key in (
         (["actor_rollout_ref.actor.policy_loss.loss_mode=grpo_erc", "verl_ext.entropy_control.enable=true"],
@@ -243,7 +266,7 @@ def test_lens_file_sits_next_to_verls_file_log(tmp_path, monkeypatch):
     <experiment>.jsonl`` with ``~`` expanded), the lens writes ``.lens.jsonl`` beside it; ``path`` overrides."""
     from pathlib import Path
 
-    from verl_ext.trainer.token_lens import TokenLensConfig, lens_path
+    from verl_ext.driver.token_lens import TokenLensConfig, lens_path
 
     lens = TokenLensConfig(enable=True)
     monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(tmp_path / "logs" / "run.jsonl"))
@@ -261,7 +284,7 @@ def test_file_log_continues_from_the_checkpoint_a_run_resumes_from(compose, tmp_
     fresh run starts empty."""
     from verl.utils import tracking
 
-    from verl_ext.trainer.run_log import continuing_file_log
+    from verl_ext.driver.run_log import continuing_file_log
 
     log = tmp_path / "run.jsonl"
     monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(log))

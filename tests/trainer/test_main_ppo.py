@@ -48,7 +48,7 @@ def run_cli(*overrides: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 def dry(cfg) -> tuple[int, str, str]:
-    from verl_ext.trainer.dry_run import dry_run
+    from verl_ext.checks.dry_run import dry_run
 
     out, err = io.StringIO(), io.StringIO()
     return dry_run(cfg, out=out, err=err), out.getvalue(), err.getvalue()
@@ -101,7 +101,7 @@ def test_dry_run_matrix(compose, loss, use_v1):
 
 def test_new_keys_need_no_plus(compose):
     """Every verl_ext key is in the composed config, so plain overrides reach the built dataclasses."""
-    from verl_ext.trainer.dry_run import validate
+    from verl_ext.checks.dry_run import validate
 
     cfg = compose(
         "actor_rollout_ref.actor.policy_loss.loss_mode=gppo_erc",
@@ -199,7 +199,7 @@ def test_bad_values_name_the_key(compose, overrides, key, words):
 def test_real_run_validates_before_ray_and_picks_the_task_runner(compose, monkeypatch):
     import verl.trainer.main_ppo as verl_main
 
-    from verl_ext.trainer import main as main_ppo
+    from verl_ext import main_ppo
     from verl_ext.trainer.legacy import VerlExtTaskRunner
     from verl_ext.trainer.v1 import VerlExtTaskRunnerV1
 
@@ -547,7 +547,7 @@ def test_upstream_ulysses_still_patches_only_the_flash_attention_forward(tmp_pat
         from transformers.integrations import flash_attention, sdpa_attention
         from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
         from verl.models.transformers import monkey_patch
-        from verl_ext.cpu.tiny_model import build_tiny_model
+        from verl_ext.testbed.tiny_model import build_tiny_model
 
         path = build_tiny_model({str(tmp_path)!r}, hidden=128, heads=4, kv_heads=2)
         model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="sdpa")

@@ -28,11 +28,12 @@ from typing import Sequence
 
 import numpy as np
 
-from verl_ext.analysis.control import format_lens, format_tracking, lens_file_for, lens_summary, tracking
+from verl_ext.analysis.control import format_lens, format_tracking, lens_summary, tracking
 from verl_ext.analysis.entropy_law import EntropyLawFit, FitError, fit_run, paired_points
 from verl_ext.analysis.eval_report import format_evaluations, plot_evaluations, write_evaluation_csv
 from verl_ext.analysis.generations import read_evaluation
 from verl_ext.analysis.run_reader import METRIC_KEYS, Candidate, Run, RunReadError, read_runs
+from verl_ext.contract import lens_file_for
 
 #: Panels of the figure: (quantity in METRIC_KEYS, title).
 PANELS: tuple[tuple[str, str], ...] = (

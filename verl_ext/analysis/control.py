@@ -16,14 +16,10 @@ from pathlib import Path
 import numpy as np
 
 from verl_ext.analysis.run_reader import Run, RunReadError
+from verl_ext.contract import (CONTROL_ENTROPY, CONTROL_RATIO, CONTROL_SATURATED, CONTROL_TARGET, LENS_SUFFIX,
+                               lens_file_for)
 
-LENS_SUFFIX = ".lens.jsonl"
-"""The token lens writes next to verl's file log: ``<run>.jsonl`` -> ``<run>.lens.jsonl``."""
-
-TARGET_KEY = "entropy_control/target"
-ENTROPY_KEY = "entropy_control/entropy"
-RATIO_KEY = "entropy_control/ratio"
-SATURATED_KEY = "entropy_control/saturated"
+TARGET_KEY, ENTROPY_KEY, RATIO_KEY, SATURATED_KEY = CONTROL_TARGET, CONTROL_ENTROPY, CONTROL_RATIO, CONTROL_SATURATED
 
 
 @dataclass(frozen=True)
@@ -68,14 +64,6 @@ class LensRow:
     mean_covariance: float
 
 
-def lens_file_for(log: str | Path) -> Path:
-    """The token-lens file of the run logged to ``log``: ``RUN.jsonl`` -> ``RUN.lens.jsonl`` (a name without
-    ``.jsonl`` gets the suffix appended). The trainer writes there, ``verl_ext.analyze`` looks there."""
-    log = Path(log)
-    stem = log.name[: -len(".jsonl")] if log.name.endswith(".jsonl") else log.name
-    return log.with_name(stem + LENS_SUFFIX)
-
-
 def lens_summary(path: str | Path, top: int = 15) -> tuple[int, list[LensRow]]:
     """The number of selected tokens in the lens file and its ``top`` most frequent token strings."""
     path = Path(path)
@@ -110,5 +98,5 @@ def format_lens(path: str | Path, total: int, rows: list[LensRow]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["LENS_SUFFIX", "LensRow", "Tracking", "format_lens", "format_tracking", "lens_file_for", "lens_summary",
+__all__ = ["LensRow", "Tracking", "format_lens", "format_tracking", "lens_summary",
            "tracking"]

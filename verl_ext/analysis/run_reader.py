@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Union
 
+from verl_ext.contract import CONTROL_RATIO, CONTROL_TARGET
+
 import numpy as np
 
 Candidate = Union[str, re.Pattern[str]]
@@ -43,8 +45,8 @@ METRIC_KEYS: dict[str, tuple[Candidate, ...]] = {
         "actor/kl_cov/batch_selected_frac",
     ),
     "kl": ("actor/ppo_kl", "actor/kl_loss", "actor/kl_clip/raw_kl"),
-    "entropy_target": ("entropy_control/target",),
-    "control_ratio": ("entropy_control/ratio",),
+    "entropy_target": (CONTROL_TARGET,),
+    "control_ratio": (CONTROL_RATIO,),
 }
 
 #: How many of a run's keys an error message lists.

@@ -34,9 +34,9 @@ import torch
 from verl.plugin.platform import PlatformBase, PlatformRegistry, set_platform
 from verl.plugin.platform import platform_manager
 
-from verl_ext.cpu import mode as _mode
-from verl_ext.cpu.mode import ENV_VAR, PLATFORM_NAME, requested
-from verl_ext.cpu.mode import cuda_present as _cuda_present
+from verl_ext.cpu import workarounds
+from verl_ext.cpu.switch import ENV_VAR, PLATFORM_NAME, requested
+from verl_ext.cpu.switch import cuda_present as _cuda_present
 
 logger = logging.getLogger(__name__)
 
@@ -258,8 +258,33 @@ def activate(export_env: bool = False) -> PlatformCPU:
     return platform_manager._current_platform  # type: ignore[return-value]
 
 
-__all__ = ["PLATFORM_NAME", "PlatformCPU", "activate", "is_active", "register_cpu_engines"]
+__all__ = ["PLATFORM_NAME", "PlatformCPU", "activate", "enable", "is_active", "register_cpu_engines"]
 
-# Imported before verl, this module's `import verl` ran verl_ext's CPU plugin while PlatformCPU did not exist
-# yet; the plugin then left CPU mode to this line (a no-op when CPU mode is off or already on).
-_mode.enable_in_process()
+_enabled = False
+
+
+def enable() -> bool:
+    """Complete CPU mode in this process (idempotent; ``False`` outside it): verl's FSDP engines for device ``cpu``
+    and the verl-side workarounds of :mod:`verl_ext.cpu.workarounds` (gloo backend, the ``vllm`` distribution alias,
+    unpinned CPU offload, TransferQueue's threads, verl's notices about engines CPU mode never uses). Called by :func:`verl_ext.cpu.mode.enable_in_process`."""
+    global _enabled
+    if not requested():
+        return False
+    if _enabled:
+        return True
+    if _cuda_present():
+        logger.error("verl_ext: %s=%s is set on a machine with CUDA; CPU mode stays off", ENV_VAR, PLATFORM_NAME)
+        return False
+    workarounds.quiet_unused_engine_notices()
+    workarounds.size_transfer_queue_threads()
+    workarounds.gloo_backend_for_verl_workers()
+    workarounds.install_vllm_distribution_alias()
+    workarounds.unpin_fsdp2_cpu_offload()
+    register_cpu_engines()
+    _enabled = True
+    return True
+
+
+# Imported before verl, this module's `import verl` ran verl_ext's CPU plugin (verl_ext.cpu.mode) while this module
+# was half built; the plugin left CPU mode to this line (a no-op when CPU mode is off or already on).
+enable()

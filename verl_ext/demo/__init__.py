@@ -1,11 +1,11 @@
-"""The CPU demo of the entropy mechanism (level 4): ``python -m verl_ext.demo`` (see ``docs/demo.md``).
+"""The CPU demo (level 6): ``python -m verl_ext.demo`` runs the CPU recipe through verl's real trainer once per
+loss and draws the comparison (see ``docs/demo.md``).
 
 | module | contents |
 | --- | --- |
-| ``task`` | the demo's view of the repeat-the-digit task (rewards on token ids) |
-| ``loop`` | one GRPO run per loss through verl's FSDP2 worker in this process |
+| ``runs`` | one run = ``recipe/cpu_tiny.sh`` (shipped as ``verl_ext.recipe``) through ``python -m verl_ext.main_ppo`` |
 | ``report`` | the table and CSV |
 | ``cli`` | the command |
 
-May import: every other verl_ext package (it is the top of the stack).
+May import: every lower verl_ext package; it starts the trainer as a subprocess, never in-process.
 """

@@ -1,63 +1,61 @@
-"""``python -m verl_ext.demo``: watch the entropy mechanism on CPU in a few minutes.
+"""``python -m verl_ext.demo``: watch the entropy mechanism on CPU, through verl's real trainer.
 
-Builds a tiny random Qwen2 and its tokenizer locally (no downloads), then trains it with GRPO on the
-repeat-the-digit task once per loss (same initial weights, same prompts, same sampling seed) through verl's
-FSDP2 ``TrainingWorker`` and verl_ext's actor loss (:mod:`verl_ext.demo.loop`). Writes to ``--out``:
+Runs the CPU recipe (``recipe/cpu_tiny.sh``: GRPO on the repeat-the-digit task with a tiny Qwen2 built locally, no
+download) once per loss through ``python -m verl_ext.main_ppo`` - Ray on 127.0.0.1, FSDP2 on gloo, vLLM's CPU engine
+as the rollout server, verl's reward loop and weight sync - with the same model, data and seed. Writes to ``--out``:
 
-* ``runs/<loss>.jsonl`` - every step's metrics, written by verl's own ``file`` logger (``FileLogger``);
-* ``metrics.csv`` - the same metrics, one row per (loss, step);
-* ``train.log`` - what verl prints while it builds and trains the actor;
+* ``runs/<run>.jsonl`` - every step's metrics, written by verl's own ``file`` logger;
+* ``metrics.csv`` - the same metrics, one row per (run, step);
+* ``train.log`` - everything verl, Ray and vLLM printed;
 * ``entropy_demo.png`` - entropy, reward, selected fraction, KL and the fitted law ``R = -a e^H + b``
   (drawn by :mod:`verl_ext.analyze` from the JSONL files);
 
-and prints a table of entropy and reward at the start and end of each run, and the law's fit per run.
+and prints a table of entropy and reward at the start and end of each run, and the law's fit per run. Arguments
+after ``--`` are Hydra overrides added to every run.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-from verl_ext.demo.loop import AUTOPILOT_RUN, DEMO_LOSS_SETTINGS, DemoConfig, run_loss
-from verl_ext.demo.report import History, summary_table, write_csv
 from verl_ext.cpu.machine import machine_line
+from verl_ext.demo.report import summary_table, write_csv
+from verl_ext.demo.runs import AUTOPILOT_RUN, RUN_NAMES, DemoSettings, log_path, train_all
 
-DEFAULT_LOSSES = ("vanilla", "clip_cov", "kl_cov", "grpo_erc")
+DEFAULT_RUNS = ("vanilla", "clip_cov")
 
 
-def parse_losses(text: str) -> list[str]:
-    """``a,b,c`` -> names, each one of :data:`DEMO_LOSS_SETTINGS`; ``argparse`` error otherwise."""
+def parse_runs(text: str) -> list[str]:
+    """``a,b,c`` -> names, each one of :data:`RUN_NAMES`; ``argparse`` error otherwise."""
     names = [n.strip() for n in text.split(",") if n.strip()]
-    bad = [n for n in names if n not in DEMO_LOSS_SETTINGS]
+    bad = [n for n in names if n not in RUN_NAMES]
     if bad or not names:
-        raise argparse.ArgumentTypeError(f"--losses: {bad or text!r} invalid; allowed: {', '.join(DEMO_LOSS_SETTINGS)}")
+        raise argparse.ArgumentTypeError(f"--losses: {bad or text!r} invalid; allowed: {', '.join(RUN_NAMES)}")
     if len(set(names)) != len(names):
-        raise argparse.ArgumentTypeError(f"--losses: {text!r} names a loss twice")
+        raise argparse.ArgumentTypeError(f"--losses: {text!r} names a run twice")
     return names
 
 
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is invalid: allowed an integer >= 1")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m verl_ext.demo", description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=positive_int, default=DemoConfig.steps, help="training steps per loss (default %(default)s)")
-    p.add_argument("--seed", type=int, default=0, help="seed of model, prompts and sampling (default 0)")
-    p.add_argument("--losses", type=parse_losses, default=list(DEFAULT_LOSSES),
-                   help=f"comma-separated, from {', '.join(DEMO_LOSS_SETTINGS)} (default {','.join(DEFAULT_LOSSES)})")
+    defaults = DemoSettings()
+    p = argparse.ArgumentParser(prog="python -m verl_ext.demo", description=__doc__.split("\n\n")[0],
+                                epilog="Arguments after -- are Hydra overrides for every run.")
+    p.add_argument("--steps", type=int, default=defaults.steps, help="training steps per run (default %(default)s)")
+    p.add_argument("--seed", type=int, default=defaults.seed, help="seed of model, data, sampling (default %(default)s)")
+    p.add_argument("--losses", type=parse_runs, default=list(DEFAULT_RUNS),
+                   help=f"comma-separated runs, from {', '.join(RUN_NAMES)} (default {','.join(DEFAULT_RUNS)})")
     p.add_argument("--out", type=Path, default=Path("demo_out"), help="output directory (default %(default)s)")
-    p.add_argument("--prompts-per-step", type=positive_int, default=DemoConfig.prompts_per_step)
-    p.add_argument("--samples-per-prompt", type=positive_int, default=DemoConfig.samples_per_prompt)
-    p.add_argument("--lr", type=float, default=DemoConfig.lr, help="Adam learning rate (default %(default)s)")
+    p.add_argument("--prompts-per-step", type=int, default=defaults.prompts, help="prompts per step (default %(default)s)")
+    p.add_argument("--samples-per-prompt", type=int, default=defaults.samples, help="GRPO group size (default %(default)s)")
+    p.add_argument("--response-length", type=int, default=defaults.response_length,
+                   help="response tokens, the task's length (default %(default)s)")
+    p.add_argument("--lr", type=float, default=defaults.lr, help="learning rate (default %(default)s)")
+    p.add_argument("--cov-ratio", type=float, default=defaults.cov_ratio,
+                   help="Clip-Cov / KL-Cov selection ratio (default %(default)s: a handful of a step's ~2000 tokens)")
     p.add_argument("--entropy-target", type=float, default=None, metavar="NATS",
                    help=f"also run {AUTOPILOT_RUN!r}: clip_cov whose selection ratio the entropy autopilot sets to "
                         "hold this entropy (nats per token)")
@@ -65,104 +63,66 @@ def build_parser() -> argparse.ArgumentParser:
     return p  # fmt: skip
 
 
-@contextlib.contextmanager
-def verl_file_logger(path: Path) -> Iterator:
-    """verl's ``FileLogger`` writing to ``path`` (it reads ``VERL_FILE_LOGGER_PATH``, restored afterwards)."""
-    from verl.utils.tracking import FileLogger
-
-    previous = os.environ.get("VERL_FILE_LOGGER_PATH")
-    os.environ["VERL_FILE_LOGGER_PATH"] = str(path)
-    try:
-        logger = FileLogger(project_name="verl_ext_demo", experiment_name=path.stem)
-    finally:
-        if previous is None:
-            del os.environ["VERL_FILE_LOGGER_PATH"]
-        else:
-            os.environ["VERL_FILE_LOGGER_PATH"] = previous
-    try:
-        yield logger
-    finally:
-        logger.finish()
-
-
-def run_demo(losses: Sequence[str], cfg: DemoConfig, out: Path, progress: bool = True) -> History:
-    """Train every loss, log to ``out/runs/<loss>.jsonl``; returns the in-memory history."""
-    from tqdm import tqdm
-
-    from verl_ext.cpu.task import DIGITS, VOCAB_EXTRA
-    from verl_ext.cpu.tiny_model import build_tiny_model
-
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "runs").mkdir(exist_ok=True)
-    model_path = build_tiny_model(out / "model", vocab=DIGITS + VOCAB_EXTRA, hidden=cfg.hidden,
-                                  layers=cfg.layers, seed=cfg.seed)  # fmt: skip
-    history: History = {}
-    bar = tqdm(total=len(losses) * cfg.steps, unit="step", disable=not progress, file=sys.stderr)
-    for loss in losses:
-        rows: list[dict[str, float]] = []
-        history[loss] = rows
-        bar.set_description(loss)
-        with verl_file_logger(out / "runs" / f"{loss}.jsonl") as logger:
-
-            def log(metrics: dict[str, float], step: int) -> None:
-                logger.log(data=metrics, step=step)
-                rows.append({"step": step, **metrics})
-                bar.set_postfix(entropy=f"{metrics['actor/entropy']:.2f}", reward=f"{metrics['critic/score/mean']:.2f}")
-
-            run_loss(loss, model_path, cfg, log, on_step=lambda: bar.update(1))
-    bar.close()
-    return history
-
-
-def quiet_libraries() -> None:
-    """Keep the terminal to the progress bar and the results: no per-load progress bars from transformers,
-    no notices about verl engines (Megatron, VeOmni, ...) that the CPU demo does not use."""
-    import warnings
-
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
-    warnings.filterwarnings("ignore", message=r".*engine is not available", category=UserWarning)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point; returns the exit status."""
+    from tqdm import tqdm
+
     from verl_ext.analysis import cli as analyze
     from verl_ext.analysis.run_reader import read_runs
 
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    overrides = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
+    parser = build_parser()
+    args = parser.parse_args(argv)
     try:
-        cfg = DemoConfig(steps=args.steps, seed=args.seed, prompts_per_step=args.prompts_per_step,
-                         samples_per_prompt=args.samples_per_prompt, lr=args.lr,
-                         entropy_target=args.entropy_target)  # fmt: skip
+        settings = DemoSettings(steps=args.steps, seed=args.seed, prompts=args.prompts_per_step,
+                                samples=args.samples_per_prompt, response_length=args.response_length, lr=args.lr, cov_ratio=args.cov_ratio,
+                                entropy_target=args.entropy_target, overrides=tuple(overrides))  # fmt: skip
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if cfg.entropy_target is not None and AUTOPILOT_RUN not in args.losses:
-        args.losses = [*args.losses, AUTOPILOT_RUN]
-    quiet_libraries()
+        parser.error(str(exc))
+    runs = list(args.losses)
+    if settings.entropy_target is not None and AUTOPILOT_RUN not in runs:
+        runs.append(AUTOPILOT_RUN)
+    if AUTOPILOT_RUN in runs and settings.entropy_target is None:
+        parser.error(f"--losses {AUTOPILOT_RUN}: needs --entropy-target NATS")
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    train_log = out / "train.log"
+    print(f"training {', '.join(runs)} for {settings.steps} steps each through verl's trainer; its output goes to "
+          f"{train_log}", flush=True)  # fmt: skip
     start = time.perf_counter()
-    args.out.mkdir(parents=True, exist_ok=True)
-    train_log = args.out / "train.log"
-    print(f"training {', '.join(args.losses)} for {cfg.steps} steps each; verl's own output goes to {train_log}")
-    with open(train_log, "w") as log_file, contextlib.redirect_stdout(log_file):
-        history = run_demo(args.losses, cfg, args.out, progress=not args.no_progress)
+    bar = tqdm(total=len(runs) * settings.steps, unit="step", disable=args.no_progress, file=sys.stderr)
+    done: dict[str, int] = {}
+
+    def on_step(run: str, step: int) -> None:
+        bar.set_description(run)
+        bar.update(max(0, step - done.get(run, 0)))
+        done[run] = max(step, done.get(run, 0))
+
+    try:
+        with open(train_log, "w") as log:
+            history = train_all(runs, settings, out, log, on_step)
+    except RuntimeError as exc:
+        bar.close()
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    bar.close()
+    seconds = time.perf_counter() - start
     machine = machine_line()
-    write_csv(history, args.out / "metrics.csv")
-    runs = [run for loss in args.losses for run in read_runs(f"{loss}={args.out / 'runs' / f'{loss}.jsonl'}")]
-    results = [analyze.analyse(run, None, None) for run in runs]
-    title = f"verl_ext CPU demo: GRPO, repeat-the-digit task, {cfg.steps} steps, seed {cfg.seed} - {machine}"
-    png = analyze.plot(results, args.out / "entropy_demo.png", None, None, title=title)
+    write_csv(history, out / "metrics.csv")
+    results = [analyze.analyse(run, None, None) for name in runs for run in read_runs(f"{name}={log_path(out, name)}")]
+    title = f"verl_ext CPU demo (verl's trainer): GRPO, repeat-the-digit, {settings.steps} steps, seed {settings.seed}"
+    png = analyze.plot(results, out / "entropy_demo.png", None, None, title=f"{title}\n{machine}")
     print(summary_table(history))
     print()
     print(analyze.format_table(results))
     for line in analyze.tracking_lines(results):
-        print(f"{line} (target {cfg.entropy_target} nats per token)")
+        print(f"{line} (target {settings.entropy_target} nats per token)")
     print()
-    print(f"machine: {machine}; {time.perf_counter() - start:.0f} s")
-    print(f"wrote {png}, {args.out / 'metrics.csv'}, {args.out / 'runs'}/*.jsonl")
+    print(f"machine: {machine}; {seconds:.0f} s for {len(runs)} runs")
+    print(f"wrote {png}, {out / 'metrics.csv'}, {out / 'runs'}/*.jsonl")
     return 0
 
 
-__all__ = ["build_parser", "main", "run_demo"]
+__all__ = ["build_parser", "main", "parse_runs"]

@@ -21,13 +21,11 @@ from typing import Any, Optional
 
 import torch
 
-from verl.trainer.ppo.core_algos import register_policy_loss
 from verl_ext.config import clip_ratios, policy_loss_params
 from verl_ext.losses.common import aggregate, apply_rollout_weights, base_metrics, metric_frac, ppo_terms
 from verl_ext.losses.selection import clip_cov_select, note_micro_fallback, selection_metrics, token_covariance
 
 
-@register_policy_loss("clip_cov")
 def compute_policy_loss_clip_cov(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,

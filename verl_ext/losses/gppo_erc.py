@@ -18,13 +18,11 @@ from typing import Any, Optional
 
 import torch
 
-from verl.trainer.ppo.core_algos import register_policy_loss
 from verl_ext.config import clip_ratios, policy_loss_params
 from verl_ext.losses.common import aggregate, apply_rollout_weights, base_metrics, ppo_terms
 from verl_ext.losses.erc import entropy_ratio_mask, require_entropies
 
 
-@register_policy_loss("gppo_erc")
 def compute_policy_loss_gppo_erc(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,

@@ -17,13 +17,11 @@ from typing import Any, Optional
 
 import torch
 
-from verl.trainer.ppo.core_algos import register_policy_loss
 from verl_ext.config import clip_ratios, dual_clip_c
 from verl_ext.losses.common import aggregate, apply_rollout_weights, base_metrics, metric_frac, ppo_terms
 from verl_ext.losses.erc import entropy_ratio_mask, require_entropies
 
 
-@register_policy_loss("grpo_erc")
 def compute_policy_loss_grpo_erc(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,

@@ -24,18 +24,19 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-KEY_PREFIX = "actor_rollout_ref.actor."
+from verl_ext.config import ACTOR_PREFIX, ConfigError
+
 KL_CLIP_METHODS = ("none", "hard", "soft")
 
 
 def check_kl_clip_params(method: Any, threshold: Any, per_token: Any) -> None:
-    """Validate the KL-clipping keys; ``ValueError`` naming the key and the allowed values."""
+    """Validate the KL-clipping keys; a :class:`~verl_ext.config.ConfigError` naming the key and the allowed values."""
     if method not in KL_CLIP_METHODS:
-        raise ValueError(f"{KEY_PREFIX}kl_clip_method={method!r} is invalid: allowed one of {list(KL_CLIP_METHODS)}")
+        raise ConfigError(f"{ACTOR_PREFIX}kl_clip_method", f"{method!r} is invalid: allowed one of {list(KL_CLIP_METHODS)}")
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not threshold >= 0.0:
-        raise ValueError(f"{KEY_PREFIX}kl_clip_threshold={threshold!r} is invalid: allowed a number >= 0")
+        raise ConfigError(f"{ACTOR_PREFIX}kl_clip_threshold", f"{threshold!r} is invalid: allowed a number >= 0")
     if not isinstance(per_token, bool):
-        raise ValueError(f"{KEY_PREFIX}use_per_token_kl_threshold={per_token!r} is invalid: allowed true or false")
+        raise ConfigError(f"{ACTOR_PREFIX}use_per_token_kl_threshold", f"{per_token!r} is invalid: allowed true or false")
 
 
 def sequence_kl(kld: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -51,7 +52,7 @@ def clip_sequence_kl(kl_seq: torch.Tensor, threshold: torch.Tensor | float, meth
         return F.relu(excess)
     if method == "soft":
         return F.softplus(excess)
-    raise ValueError(f"{KEY_PREFIX}kl_clip_method={method!r} is invalid here: allowed 'hard' or 'soft'")
+    raise ConfigError(f"{ACTOR_PREFIX}kl_clip_method", f"{method!r} is invalid here: allowed 'hard' or 'soft'")
 
 
 def clipped_kl_matrix(

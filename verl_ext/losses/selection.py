@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from verl_ext.config import check_policy_loss_params, policy_loss_params
+from verl_ext.config import POLICY_LOSS_PREFIX, ConfigError, check_policy_loss_params, policy_loss_params
 
 logger = logging.getLogger(__name__)
 _FALLBACK_NOTED: set[str] = set()
@@ -220,8 +220,8 @@ def select_tokens_for_batch(
         ratio = configured if ratio is None else _checked_ratio("kl_cov_ratio", ratio)
         selected = kl_cov_select(cov, mask, ratio)
     else:
-        raise ValueError(f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode!r}: batch-scope selection "
-                         f"exists for {sorted(COV_LOSSES)} only")
+        raise ConfigError(f"{POLICY_LOSS_PREFIX}loss_mode", f"{loss_mode!r}: batch-scope selection exists for "
+                          f"{sorted(COV_LOSSES)} only")
     if metrics is not None:
         metrics.update(selection_metrics(f"actor/{loss_mode}", selected, cov, mask))
     return selected

@@ -27,13 +27,9 @@ from verl.workers.utils.padding import response_to_nested
 
 from verl_ext.config import config_value, loss_mode_of
 from verl_ext.losses import COV_LOSSES, ERC_LOSSES
+from verl_ext.contract import COV_SELECTED, OLD_ENTROPY
 from verl_ext.losses.selection import select_tokens_for_batch
 
-OLD_ENTROPY = "old_entropy"
-"""Batch field holding the old policy's per-token entropy (ERC losses)."""
-
-COV_SELECTED = "cov_selected"
-"""Batch field holding the batch-scope Clip-Cov / KL-Cov selection (bool)."""
 
 LEGACY_ENTROPY = "entropys"
 """Field of the legacy trainer's old-log-prob output that holds the entropy (popped by verl's ``fit``)."""

@@ -11,7 +11,7 @@
 * ``_save_checkpoint`` / ``_load_checkpoint``: the entropy autopilot's state goes with verl's checkpoint.
 
 :class:`VerlExtTaskRunner` is verl's legacy ``TaskRunner`` with verl_ext's actor worker and trainer, and verl's file
-log continued on resume (:mod:`verl_ext.trainer.run_log`).
+log continued on resume (:mod:`verl_ext.driver.run_log`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from verl.trainer.main_ppo_v0 import TaskRunner
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 from verl_ext.registration import ensure_registered
-from verl_ext.trainer.driver import VerlExtDriverMixin
+from verl_ext.driver.mixin import VerlExtDriverMixin
 from verl_ext.trainer.hooks import (
     LEGACY_ENTROPY,
     add_cov_selected,
@@ -36,13 +36,13 @@ from verl_ext.trainer.hooks import (
     needs_old_entropy,
     selection_step,
 )
-from verl_ext.trainer.run_log import continuing_file_log
+from verl_ext.driver.run_log import continuing_file_log
 from verl_ext.trainer.workers import unwrap_ray_class, use_verl_ext_actor_worker
 
 
 class VerlExtRayPPOTrainer(VerlExtDriverMixin, RayPPOTrainer):
     """verl's legacy ``RayPPOTrainer`` that sends ``old_entropy`` / ``cov_selected`` to the actor loss, and
-    runs the entropy autopilot and the token lens (:class:`~verl_ext.trainer.driver.VerlExtDriver`)."""
+    runs the entropy autopilot and the token lens (:class:`~verl_ext.driver.mixin.VerlExtDriver`)."""
 
     def _compute_old_log_prob(self, batch):
         old_log_prob, mfu = super()._compute_old_log_prob(batch)

@@ -38,7 +38,7 @@ from verl.trainer.ppo.v1 import trainer_base
 from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
 from verl_ext.registration import ensure_registered
-from verl_ext.trainer.driver import VerlExtDriverMixin
+from verl_ext.driver.mixin import VerlExtDriverMixin
 from verl_ext.trainer.hooks import (
     COV_SELECTED,
     OLD_ENTROPY,
@@ -50,8 +50,8 @@ from verl_ext.trainer.hooks import (
     needs_old_entropy,
     selection_step,
 )
-from verl_ext.trainer.run_log import continuing_file_log
-from verl_ext.trainer.validation import bounded_dynamic_sampling
+from verl_ext.driver.run_log import continuing_file_log
+from verl_ext.config import bounded_dynamic_sampling
 from verl_ext.trainer.workers import use_verl_ext_actor_worker
 
 
@@ -159,7 +159,7 @@ def v1_trainer_registered(mode: str) -> Iterator[type]:
 
 class VerlExtTaskRunnerV1Impl(TaskRunnerV1.__ray_actor_class__):
     """verl's ``TaskRunnerV1`` (the Ray actor class behind it) running verl_ext's V1 trainer, with verl's file log
-    continued on resume (:mod:`verl_ext.trainer.run_log`)."""
+    continued on resume (:mod:`verl_ext.driver.run_log`)."""
 
     def __init__(self) -> None:
         # defined here so that Ray pickles it by reference (see VerlExtTaskRunnerImpl.__init__ in legacy.py)

@@ -56,12 +56,12 @@ def init_cpu_process_group() -> None:
     if torch.distributed.is_initialized():
         if torch.distributed.get_world_size() != 1:
             raise RuntimeError(
-                "verl_ext.cpu.engine: a torch.distributed process group with world size "
+                "verl_ext.testbed.engine: a torch.distributed process group with world size "
                 f"{torch.distributed.get_world_size()} is running; CpuActor needs a single-rank group"
             )
         return
     if os.environ["WORLD_SIZE"] != "1":
-        raise RuntimeError(f"verl_ext.cpu.engine: WORLD_SIZE={os.environ['WORLD_SIZE']}; CpuActor runs one rank")
+        raise RuntimeError(f"verl_ext.testbed.engine: WORLD_SIZE={os.environ['WORLD_SIZE']}; CpuActor runs one rank")
     torch.distributed.init_process_group("gloo", rank=0, world_size=1)
 
 
@@ -163,7 +163,7 @@ class CpuActor:
     """verl's FSDP2 ``TrainingWorker`` on CPU with an actor loss, driven like verl's trainer drives the actor.
 
     Args:
-        model_path: a local Hugging Face model directory (e.g. :func:`verl_ext.cpu.tiny_model.build_tiny_model`).
+        model_path: a local Hugging Face model directory (e.g. :func:`verl_ext.testbed.tiny_model.build_tiny_model`).
         actor_config: a verl ``FSDPActorConfig`` (or verl_ext's subclass); ``strategy`` must be ``fsdp2``. Its
             optimizer, micro-batch sizes, entropy options and loss settings are used.
         loss_fn: the loss bound as ``partial(loss_fn, config=actor_config)``; default verl's ``ppo_loss``.

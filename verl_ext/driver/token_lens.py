@@ -22,11 +22,11 @@ from typing import Any, ClassVar
 
 import torch
 
-from verl_ext.analysis.control import lens_file_for
 from verl_ext.config import PrefixedConfig
-from verl_ext.trainer.run_log import file_log_path
+from verl_ext.contract import lens_file_for
+from verl_ext.driver.run_log import file_log_path
 
-KEY_PREFIX = "verl_ext.token_lens."
+LENS_CONFIG_PREFIX = "verl_ext.token_lens."
 COLUMNS = ("step", "sample", "position", "token_id", "token", "context", "covariance", "advantage", "old_log_prob", "prob")
 
 
@@ -34,7 +34,7 @@ COLUMNS = ("step", "sample", "position", "token_id", "token", "context", "covari
 class TokenLensConfig(PrefixedConfig):
     """The ``verl_ext.token_lens`` keys (``configs/verl_ext_trainer.yaml``)."""
 
-    KEY_PREFIX: ClassVar[str] = KEY_PREFIX
+    KEY_PREFIX: ClassVar[str] = LENS_CONFIG_PREFIX
 
     enable: bool = False
     """Write the selected tokens (``clip_cov`` / ``kl_cov`` with ``cov_scope=batch`` only)."""

@@ -7,11 +7,11 @@ dense enough for GRPO to learn from a random model in a few dozen steps, rewards
 from the first step (non-zero advantages), and the optimum is a deterministic policy - the regime in
 which the entropy-mechanism paper sees entropy collapse.
 
-``python -m verl_ext.cpu.task --out DIR`` writes, without any download, ``DIR/model`` (a random tiny Qwen2
+``python -m verl_ext.testbed.task --out DIR`` writes, without any download, ``DIR/model`` (a random tiny Qwen2
 sized for vLLM's CPU attention, head size 32, and its tokenizer) and ``DIR/train.parquet`` /
 ``DIR/val.parquet`` in verl's RL data format (``data_source``, chat ``prompt``, ``ability``,
 ``reward_model.ground_truth``, ``extra_info``). verl scores it with ``reward.custom_reward_function.path=
-pkg://verl_ext.cpu.task`` (function :func:`compute_score`).
+pkg://verl_ext.testbed.task`` (function :func:`compute_score`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from verl_ext.cpu.tiny_model import DIGITS
+from verl_ext.testbed.tiny_model import DIGITS
 
 DATA_SOURCE = "verl_ext/repeat_digit"
 """``data_source`` of the task's rows (verl passes it to the scorer)."""
@@ -55,12 +55,12 @@ def compute_score(
     data source or without a positive ``target_length`` (a mis-built data set must not score silently).
     """
     if data_source != DATA_SOURCE:
-        raise ValueError(f"verl_ext.cpu.task.compute_score scores data_source {DATA_SOURCE!r}, got {data_source!r}")
+        raise ValueError(f"verl_ext.testbed.task.compute_score scores data_source {DATA_SOURCE!r}, got {data_source!r}")
     length = (extra_info or {}).get("target_length")
     if not isinstance(length, int) or isinstance(length, bool) or length < 1:
-        raise ValueError(f"verl_ext.cpu.task: extra_info.target_length={length!r} is invalid: allowed an integer >= 1")
+        raise ValueError(f"verl_ext.testbed.task: extra_info.target_length={length!r} is invalid: allowed an integer >= 1")
     if ground_truth not in DIGITS:
-        raise ValueError(f"verl_ext.cpu.task: ground_truth={ground_truth!r} is invalid: allowed one of {DIGITS}")
+        raise ValueError(f"verl_ext.testbed.task: ground_truth={ground_truth!r} is invalid: allowed one of {DIGITS}")
     return min(solution_str.count(ground_truth), length) / length
 
 
@@ -86,11 +86,11 @@ def write_assets(out: str | Path, target_length: int, train_rows: int = 256, val
     """Write ``model/``, ``train.parquet`` and ``val.parquet`` under ``out``; returns their paths."""
     import pandas as pd
 
-    from verl_ext.cpu.tiny_model import build_tiny_model  # noqa: I001 (lazy: transformers)
+    from verl_ext.testbed.tiny_model import build_tiny_model  # noqa: I001 (lazy: transformers)
 
     for name, value, low in (("target_length", target_length, 1), ("train_rows", train_rows, 1), ("val_rows", val_rows, 1)):
         if not isinstance(value, int) or value < low:
-            raise ValueError(f"verl_ext.cpu.task: {name}={value!r} is invalid: allowed an integer >= {low}")
+            raise ValueError(f"verl_ext.testbed.task: {name}={value!r} is invalid: allowed an integer >= {low}")
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
     paths = {
@@ -104,8 +104,8 @@ def write_assets(out: str | Path, target_length: int, train_rows: int = 256, val
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m verl_ext.cpu.task``: write the task's model and data."""
-    parser = argparse.ArgumentParser(prog="python -m verl_ext.cpu.task", description=__doc__.split("\n\n")[0])
+    """``python -m verl_ext.testbed.task``: write the task's model and data."""
+    parser = argparse.ArgumentParser(prog="python -m verl_ext.testbed.task", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for model/, train.parquet, val.parquet")
     parser.add_argument("--target-length", type=int, default=16, help="scored response tokens, = data.max_response_length (16)")
     parser.add_argument("--train-rows", type=int, default=256)

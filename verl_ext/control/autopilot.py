@@ -25,18 +25,18 @@ from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
 from verl_ext.config import PrefixedConfig
+from verl_ext.contract import (CONTROL_ENTROPY, CONTROL_ERROR, CONTROL_INTEGRAL, CONTROL_RATIO, CONTROL_SATURATED,
+                               CONTROL_TARGET)
 
-KEY_PREFIX = "verl_ext.entropy_control."
+AUTOPILOT_CONFIG_PREFIX = "verl_ext.entropy_control."
 SCHEDULES = ("constant", "linear", "cosine")
-METRIC_PREFIX = "entropy_control/"
-"""Metrics logged each step: ``target``, ``entropy``, ``ratio``, ``error``, ``integral``, ``saturated``."""
 
 
 @dataclass
 class EntropyControlConfig(PrefixedConfig):
     """The ``verl_ext.entropy_control`` keys (``configs/verl_ext_trainer.yaml``)."""
 
-    KEY_PREFIX: ClassVar[str] = KEY_PREFIX
+    KEY_PREFIX: ClassVar[str] = AUTOPILOT_CONFIG_PREFIX
 
     enable: bool = False
     """Turn the autopilot on (``clip_cov`` / ``kl_cov`` with ``cov_scope=batch`` only)."""
@@ -166,12 +166,12 @@ class EntropyController:
         ratio = math.exp(log_ratio)
         self.state.ratio, self.state.step = ratio, int(step)
         metrics = {
-            f"{METRIC_PREFIX}target": target,
-            f"{METRIC_PREFIX}entropy": float(entropy),
-            f"{METRIC_PREFIX}ratio": ratio,
-            f"{METRIC_PREFIX}error": error,
-            f"{METRIC_PREFIX}integral": self.state.integral,
-            f"{METRIC_PREFIX}saturated": float(saturated),
+            CONTROL_TARGET: target,
+            CONTROL_ENTROPY: float(entropy),
+            CONTROL_RATIO: ratio,
+            CONTROL_ERROR: error,
+            CONTROL_INTEGRAL: self.state.integral,
+            CONTROL_SATURATED: float(saturated),
         }
         return ratio, metrics
 
@@ -186,7 +186,6 @@ __all__ = [
     "ControllerState",
     "EntropyControlConfig",
     "EntropyController",
-    "METRIC_PREFIX",
     "SCHEDULES",
     "target_at",
 ]

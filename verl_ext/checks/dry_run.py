@@ -2,7 +2,7 @@
 
 :func:`validate` builds the dataclasses verl builds from the config (actor, reference, rollout with its
 checkpoint engine, critic, algorithm, skip, distillation, V1 hybrid-rollout switch; the model only from a
-local directory; not ``reward``, which verl 0.9.1 itself never builds and cannot build), runs verl's ``validate_config`` and verl_ext's checks (:mod:`verl_ext.trainer.validation`),
+local directory; not ``reward``, which verl 0.9.1 itself never builds and cannot build), runs verl's ``validate_config`` and verl_ext's checks (:mod:`verl_ext.checks.validation`),
 and returns a summary. :func:`dry_run` prints it and returns the exit status: 0, or 2 after
 ``verl_ext: invalid config: <key>: <message>``. ``verl_ext.main_ppo`` runs the same :func:`validate`
 before every real run, so a bad value fails there the same way, before Ray starts.
@@ -22,7 +22,7 @@ from typing import Any, TextIO
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from verl_ext.trainer.validation import ConfigError, check_loss_mode, check_strategy, check_verl_ext
+from verl_ext.checks.validation import ConfigError, check_loss_mode, check_strategy, check_verl_ext
 
 EXIT_INVALID = 2
 
@@ -50,7 +50,7 @@ class Validated:
     """Config section -> built dataclass."""
 
     facts: dict[str, Any] = field(default_factory=dict)
-    """verl_ext's findings (:func:`verl_ext.trainer.validation.check_verl_ext`)."""
+    """verl_ext's findings (:func:`verl_ext.checks.validation.check_verl_ext`)."""
 
     notes: list[str] = field(default_factory=list)
     """Checks left out, and why."""

@@ -19,7 +19,7 @@ from typing import Any
 
 from verl.utils import tracking
 
-from verl_ext.trainer.checkpoints import resumed_step
+from verl_ext.driver.checkpoints import resumed_step
 
 
 def file_log_path(project: str, experiment: str) -> Path:

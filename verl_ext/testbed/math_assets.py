@@ -2,7 +2,7 @@
 
 Two steps, with the project's own data preparation in between (``recipe/common.sh`` runs all three):
 
-1. ``python -m verl_ext.cpu.math_assets sources --out SRC`` writes synthetic arithmetic problems ("What is 3 plus
+1. ``python -m verl_ext.testbed.math_assets sources --out SRC`` writes synthetic arithmetic problems ("What is 3 plus
    4?") in the *hub formats* the preparation scripts read: GSM8K (``question``, ``answer`` ending in ``#### N``;
    ``gsm8k/train.jsonl``, ``gsm8k/test.jsonl``), DAPO-Math-17k in its verl layout (chat ``prompt`` holding the
    DAPO instruction, ``reward_model.ground_truth``; ``dapo-math-17k.parquet``), AIME 2024 (``ID``, ``Problem``,
@@ -11,7 +11,7 @@ Two steps, with the project's own data preparation in between (``recipe/common.s
 2. ``scripts/data/prepare_*.py --local-path ...`` turn them into the parquet files the recipes read, with the
    ``data_source`` values that select verl's own scorers (``openai/gsm8k``: ``#### N``; ``math_dapo`` /
    ``aime*``: the last ``Answer:`` line).
-3. ``python -m verl_ext.cpu.math_assets model --data-dir DATA --out MODEL`` builds a tiny Qwen2 whose tokenizer
+3. ``python -m verl_ext.testbed.math_assets model --data-dir DATA --out MODEL`` builds a tiny Qwen2 whose tokenizer
    covers every word of the prepared prompts, and warms it up (a short supervised fine-tune on prepared training
    prompts, answered in the format each scorer reads: ``#### N`` for GSM8K, ``Answer: N`` for DAPO) until it
    answers some problems and not others: GRPO's advantages are non-zero from step 1 and DAPO's filter both keeps
@@ -102,7 +102,7 @@ def _prepared(data_dir: Path, names: Sequence[str]) -> list[dict[str, Any]]:
     for name in names:
         path = data_dir / name
         if not path.exists():
-            raise FileNotFoundError(f"verl_ext.cpu.math_assets: {path} is missing: run scripts/data/prepare_*.py first")
+            raise FileNotFoundError(f"verl_ext.testbed.math_assets: {path} is missing: run scripts/data/prepare_*.py first")
         rows += pd.read_parquet(path).to_dict("records")
     return rows
 
@@ -115,7 +115,7 @@ def vocabulary(texts: Iterable[str]) -> list[str]:
     """Every pre-token (Qwen2's pre-tokenisation, leading space dropped) of ``texts``: one token each."""
     import regex
 
-    from verl_ext.cpu.tiny_model import QWEN2_PRETOKENIZE_REGEX, SPECIAL_TOKENS
+    from verl_ext.testbed.tiny_model import QWEN2_PRETOKENIZE_REGEX, SPECIAL_TOKENS
 
     words: set[str] = set()
     for text in texts:
@@ -132,7 +132,7 @@ def build_model(data_dir: str | Path, out: str | Path, seed: int = 0, steps: int
     """Build the tiny model for the prepared data in ``data_dir`` and warm it up; returns its figures."""
     import torch
 
-    from verl_ext.cpu.tiny_model import build_tiny_model
+    from verl_ext.testbed.tiny_model import build_tiny_model
 
     data_dir, out = Path(data_dir), Path(out)
     train, evaluation = _prepared(data_dir, TRAIN_FILES), _prepared(data_dir, EVAL_FILES)
@@ -208,7 +208,7 @@ def sampled_accuracy(model: Any, tokenizer: Any, rows: list[dict[str, Any]], see
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m verl_ext.cpu.math_assets", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m verl_ext.testbed.math_assets", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     src = sub.add_parser("sources", help="write the synthetic problems in the hub formats")
     src.add_argument("--out", type=Path, required=True)

@@ -1,5 +1,5 @@
 """Where verl's trainers save and load their checkpoints, as verl decides it; one place for verl_ext's state files
-(:mod:`verl_ext.trainer.driver`) and its continued file log (:mod:`verl_ext.trainer.run_log`) to ask.
+(:mod:`verl_ext.driver.mixin`) and its continued file log (:mod:`verl_ext.driver.run_log`) to ask.
 
 verl's trainers (``_save_checkpoint`` / ``_load_checkpoint``, V1 and legacy alike) save step ``N`` under
 ``<trainer.default_local_dir>/global_step_<N>`` whatever the resume mode, and load from

@@ -13,8 +13,9 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
 
-from verl_ext.config import ConfigError, PolicyLossConfig
-from verl_ext.losses import ERC_LOSSES
+from verl_ext.config import ConfigError, PolicyLossConfig, bounded_dynamic_sampling
+from verl_ext.losses import COV_LOSSES, ERC_LOSSES
+from verl_ext.registration import KEEP_VERL_COV_ENV, keep_verl_cov
 from verl_ext.trainer.hooks import needs_batch_selection, needs_old_entropy
 
 ACTOR = "actor_rollout_ref.actor"
@@ -62,6 +63,11 @@ def check_loss_mode(config: DictConfig) -> str:
     if mode not in POLICY_LOSS_REGISTRY:
         raise ConfigError(f"{POLICY_LOSS}.loss_mode", f"{mode!r} is not a registered policy loss; allowed: "
                           f"{_registered_losses()}")  # fmt: skip
+    if mode in COV_LOSSES and keep_verl_cov():
+        raise ConfigError(f"{POLICY_LOSS}.loss_mode", f"{mode!r} is verl's built-in here ({KEEP_VERL_COV_ENV}=1), "
+                          "which ignores verl_ext's selection, keys and metrics: verl_ext's trainer would run it "
+                          f"with settings it drops. Allowed: unset {KEEP_VERL_COV_ENV} (verl_ext's {mode}), or run "
+                          "verl's own `python -m verl.trainer.main_ppo` for verl's")  # fmt: skip
     return str(mode)
 
 
@@ -132,15 +138,6 @@ def check_sequence_parallel(config: DictConfig) -> None:
                               "(verl/models/transformers/monkey_patch.py); with this attention each rank would "
                               f"attend to its own slice of the sequence and train on wrong log-probs. Allowed: 1, or "
                               f"> 1 with {attention_key} in {list(ULYSSES_ATTENTION)} (flash-attn installed)")  # fmt: skip
-
-
-def bounded_dynamic_sampling(config: DictConfig) -> bool:
-    """Whether DAPO's dynamic sampling is on in V1's ``sync`` mode: the case whose refills verl_ext bounds with
-    ``algorithm.filter_groups.max_num_gen_batches`` (:func:`check_dynamic_sampling`, and the bound itself in
-    :func:`verl_ext.trainer.v1.generation_budget`)."""
-    return bool(_select(config, "algorithm.filter_groups.enable", False)) and (
-        _select(config, "trainer.v1.trainer_mode", "sync") == "sync"
-    )
 
 
 def check_dynamic_sampling(config: DictConfig) -> None:
@@ -226,8 +223,8 @@ def check_driver_features(config: DictConfig) -> list[str]:
     """The entropy autopilot and the token lens: valid keys, and a loss they can act on (``clip_cov`` /
     ``kl_cov`` with ``cov_scope=batch``: both work on the driver's batch-scope selection). Returns
     descriptions of the enabled ones for the dry-run summary."""
-    from verl_ext.trainer.entropy_control import EntropyControlConfig
-    from verl_ext.trainer.token_lens import TokenLensConfig
+    from verl_ext.control.autopilot import EntropyControlConfig
+    from verl_ext.driver.token_lens import TokenLensConfig
 
     described = []
     for key, cls in (("entropy_control", EntropyControlConfig), ("token_lens", TokenLensConfig)):
@@ -249,7 +246,7 @@ def check_driver_features(config: DictConfig) -> list[str]:
                     raise ConfigError("verl_ext.entropy_control.schedule_steps", f"is null and trainer.total_training_"
                                       f"steps={total!r}: a {feature.schedule} schedule needs a length")  # fmt: skip
             if feature.ratio_init is None:
-                from verl_ext.trainer.driver import RATIO_KEYS
+                from verl_ext.driver.mixin import RATIO_KEYS
 
                 ratio = _select(config, f"{POLICY_LOSS}.{RATIO_KEYS[mode]}")
                 if ratio is not None and not feature.ratio_min <= ratio <= feature.ratio_max:
@@ -297,7 +294,6 @@ __all__ = [
     "ConfigError",
     "check_actor_classes",
     "check_driver_features",
-    "bounded_dynamic_sampling",
     "check_dynamic_sampling",
     "check_entropy_source",
     "check_group_size",

@@ -26,9 +26,9 @@ from omegaconf import OmegaConf
 from verl_ext.config import config_value, loss_mode_of, policy_loss_params
 from verl_ext.losses.common import masked_mean
 from verl_ext.losses.selection import token_covariance
-from verl_ext.trainer.checkpoints import absolute_folder, checkpoint_folder, resume_folder
-from verl_ext.trainer.entropy_control import EntropyControlConfig, EntropyController
-from verl_ext.trainer.token_lens import TokenLens, TokenLensConfig, lens_path
+from verl_ext.driver.checkpoints import absolute_folder, checkpoint_folder, resume_folder
+from verl_ext.control.autopilot import EntropyControlConfig, EntropyController
+from verl_ext.driver.token_lens import TokenLens, TokenLensConfig, lens_path
 
 logger = logging.getLogger(__name__)
 
@@ -50,8 +50,8 @@ def prune_driver_states(config: Any, current_step: int) -> list[Path]:
 
 
 class VerlExtDriver:
-    """The autopilot (:class:`~verl_ext.trainer.entropy_control.EntropyController`) and the lens
-    (:class:`~verl_ext.trainer.token_lens.TokenLens`) of one trainer, each present only when enabled."""
+    """The autopilot (:class:`~verl_ext.control.autopilot.EntropyController`) and the lens
+    (:class:`~verl_ext.driver.token_lens.TokenLens`) of one trainer, each present only when enabled."""
 
     def __init__(self, config: Any, tokenizer: Any = None):
         self.config = config

@@ -1,0 +1,49 @@
+"""Names shared by a writer and a reader in different packages: batch fields, metric keys, file names.
+
+Level 0 (imports nothing of verl_ext), so that the package that writes a name and the one that reads it both take
+it from here and cannot drift apart:
+
+* batch fields the driver's hooks add to verl's training batch and the actor loss reads
+  (:data:`OLD_ENTROPY`, :data:`COV_SELECTED`);
+* the entropy autopilot's metrics (:data:`CONTROL_METRIC_PREFIX` and the keys below), written by
+  :mod:`verl_ext.control` and read by :mod:`verl_ext.analysis`;
+* the token lens's file beside verl's file log (:func:`lens_file_for`), written by :mod:`verl_ext.driver` and read
+  by ``python -m verl_ext.analyze``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+OLD_ENTROPY = "old_entropy"
+"""Batch field: the old-log-prob pass's per-token entropy (ERC's ``H_old``)."""
+
+COV_SELECTED = "cov_selected"
+"""Batch field: the batch-scope Clip-Cov / KL-Cov selection mask (1 = selected token)."""
+
+CONTROL_METRIC_PREFIX = "entropy_control/"
+"""Prefix of the entropy autopilot's per-step metrics."""
+
+CONTROL_TARGET = CONTROL_METRIC_PREFIX + "target"
+CONTROL_ENTROPY = CONTROL_METRIC_PREFIX + "entropy"
+CONTROL_RATIO = CONTROL_METRIC_PREFIX + "ratio"
+CONTROL_ERROR = CONTROL_METRIC_PREFIX + "error"
+CONTROL_INTEGRAL = CONTROL_METRIC_PREFIX + "integral"
+CONTROL_SATURATED = CONTROL_METRIC_PREFIX + "saturated"
+
+LENS_SUFFIX = ".lens.jsonl"
+"""The token lens writes next to verl's file log: ``<run>.jsonl`` -> ``<run>.lens.jsonl``."""
+
+
+def lens_file_for(log: str | Path) -> Path:
+    """The token-lens file of the run logged to ``log``: ``RUN.jsonl`` -> ``RUN.lens.jsonl`` (a name without
+    ``.jsonl`` gets the suffix appended)."""
+    log = Path(log)
+    stem = log.name[: -len(".jsonl")] if log.name.endswith(".jsonl") else log.name
+    return log.with_name(stem + LENS_SUFFIX)
+
+
+__all__ = [
+    "CONTROL_ENTROPY", "CONTROL_ERROR", "CONTROL_INTEGRAL", "CONTROL_METRIC_PREFIX", "CONTROL_RATIO",
+    "CONTROL_SATURATED", "CONTROL_TARGET", "COV_SELECTED", "LENS_SUFFIX", "OLD_ENTROPY", "lens_file_for",
+]  # fmt: skip

@@ -1,0 +1,143 @@
+"""One demo run = one run of the CPU recipe (``recipe/cpu_tiny.sh``) through ``python -m verl_ext.main_ppo``: verl's
+real trainer (Ray on 127.0.0.1, FSDP2 on gloo, vLLM's CPU engine as the rollout server, verl's reward loop and
+weight sync), nothing written by hand.
+
+The recipe ships inside the package (``verl_ext.recipe``, the repository's ``recipe/``), so the demo runs the same
+script a user runs. What the runs of one demo share: the tiny model and the task data (built by the first run, in
+``OUT``), the seed, and every setting but the loss.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import IO, Any
+
+LOSSES = ("vanilla", "clip_cov", "kl_cov", "grpo_erc", "gppo_erc")
+"""The losses ``recipe/cpu_tiny.sh`` takes as ``LOSS`` (each with the papers' settings, ``recipe_loss``)."""
+
+AUTOPILOT_RUN = "autopilot"
+"""The run of ``clip_cov`` whose selection ratio the entropy autopilot sets (``--entropy-target``)."""
+
+AUTOPILOT_BOUNDS = (1e-3, 0.5)
+"""The selection-ratio range the demo's autopilot may use (``ratio_min``, ``ratio_max``)."""
+
+RUN_NAMES = (*LOSSES, AUTOPILOT_RUN)
+
+STEP_LINE = re.compile(r"\bstep:(\d+) - ")
+"""A step's line of verl's console logger (behind Ray's ``(TaskRunner pid=...)`` prefix)."""
+
+
+def recipe_script(name: str = "cpu_tiny.sh") -> Path:
+    """The path of a shipped recipe script (``verl_ext.recipe``)."""
+    path = Path(str(resources.files("verl_ext.recipe") / name))
+    if not path.is_file():
+        raise FileNotFoundError(f"recipe script {name} is not in the installed package (looked at {path})")
+    return path
+
+
+@dataclass(frozen=True)
+class DemoSettings:
+    """What every run of one demo shares: the recipe's environment variables and extra Hydra overrides."""
+
+    steps: int = 20
+    seed: int = 0
+    prompts: int = 16
+    samples: int = 8
+    response_length: int = 16
+    lr: float = 5e-3
+    cov_ratio: float = 0.02
+    entropy_target: float | None = None
+    overrides: tuple[str, ...] = ()
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for key, flag, low in (("steps", "--steps", 1), ("seed", "--seed", 0), ("prompts", "--prompts-per-step", 2),
+                               ("samples", "--samples-per-prompt", 2), ("response_length", "--response-length", 1)):  # fmt: skip
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{flag} {value!r} is invalid: allowed an integer >= {low}")
+        if self.prompts % 2:
+            raise ValueError(f"--prompts-per-step {self.prompts} is invalid: allowed an even number (two mini-batches "
+                             "per step)")  # fmt: skip
+        if not self.lr > 0:
+            raise ValueError(f"--lr {self.lr!r} is invalid: allowed a number > 0")
+        if not 0 < self.cov_ratio <= 1:
+            raise ValueError(f"--cov-ratio {self.cov_ratio!r} is invalid: allowed a fraction in (0, 1]")
+        if self.entropy_target is not None and not self.entropy_target > 0:
+            raise ValueError(f"--entropy-target {self.entropy_target!r} is invalid: allowed a number > 0 (nats per token)")
+
+
+def log_path(out: Path, run: str) -> Path:
+    """verl's file log of one run: ``OUT/runs/<run>.jsonl`` (the token lens writes ``<run>.lens.jsonl`` beside it)."""
+    return out / "runs" / f"{run}.jsonl"
+
+
+def run_command(run: str, settings: DemoSettings, out: Path, build_assets: bool) -> tuple[list[str], dict[str, str]]:
+    """The command and environment of one run: ``bash cpu_tiny.sh OVERRIDES`` with the recipe's variables."""
+    if run not in RUN_NAMES:
+        raise ValueError(f"run {run!r} is invalid: allowed one of {list(RUN_NAMES)}")
+    overrides = ["trainer.val_before_train=False"]
+    if run == AUTOPILOT_RUN:
+        if settings.entropy_target is None:
+            raise ValueError(f"the {AUTOPILOT_RUN!r} run needs --entropy-target")
+        low, high = AUTOPILOT_BOUNDS
+        overrides += ["verl_ext.entropy_control.enable=true", f"verl_ext.entropy_control.target={settings.entropy_target}",
+                      f"verl_ext.entropy_control.ratio_min={low}", f"verl_ext.entropy_control.ratio_max={high}"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RAY_"))}
+    env.update(
+        LOSS="clip_cov" if run == AUTOPILOT_RUN else run, EXP_NAME=run, WORK_DIR=str(out),
+        ASSETS="1" if build_assets else "0", STEPS=str(settings.steps), SEED=str(settings.seed),
+        PROMPTS=str(settings.prompts), N=str(settings.samples), RESPONSE_LENGTH=str(settings.response_length), LR=repr(settings.lr), COV_RATIO=repr(settings.cov_ratio),
+        PYTHON=sys.executable, VERL_FILE_LOGGER_PATH=str(log_path(out, run)),
+    )  # fmt: skip
+    env.update(settings.extra_env)
+    return ["bash", str(recipe_script()), *overrides, *settings.overrides], env
+
+
+def read_steps(path: Path) -> list[dict[str, Any]]:
+    """The metrics of each step in verl's file log, in step order, each with its ``step``."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [{"step": int(r["step"]), **r["data"]} for r in sorted(rows, key=lambda r: r["step"])]
+
+
+def train(run: str, settings: DemoSettings, out: Path, build_assets: bool, log: IO[str],
+          on_step: Callable[[int], None] = lambda step: None) -> list[dict[str, Any]]:  # fmt: skip
+    """Run the recipe once; its output goes to ``log``, each step line of verl's console logger calls
+    ``on_step(N)``. Returns the metrics of each step; raises ``RuntimeError`` (with the output's tail) on failure."""
+    cmd, env = run_command(run, settings, out, build_assets)
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    tail: list[str] = []
+    with subprocess.Popen(cmd, env=env, cwd=out, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            log.write(line)
+            tail = (tail + [line])[-60:]
+            found = STEP_LINE.search(line)
+            if found:
+                on_step(int(found.group(1)))
+    if proc.returncode != 0:
+        raise RuntimeError(f"the {run!r} run failed (exit {proc.returncode}); its output is in {log.name}:\n"
+                           + "".join(tail))  # fmt: skip
+    return read_steps(log_path(out, run))
+
+
+def train_all(runs: Sequence[str], settings: DemoSettings, out: Path, log: IO[str],
+              on_step: Callable[[str, int], None] = lambda run, step: None) -> dict[str, list[dict[str, Any]]]:  # fmt: skip
+    """Every run in turn; the first builds the model and the data that the others reuse."""
+    history: dict[str, list[dict[str, Any]]] = {}
+    for i, run in enumerate(runs):
+        history[run] = train(run, settings, out, build_assets=i == 0 and not (out / "model").is_dir(), log=log,
+                             on_step=lambda step, run=run: on_step(run, step))  # fmt: skip
+    return history
+
+
+__all__ = ["AUTOPILOT_BOUNDS", "AUTOPILOT_RUN", "DemoSettings", "LOSSES", "RUN_NAMES", "STEP_LINE", "log_path",
+           "read_steps", "recipe_script", "run_command", "train", "train_all"]  # fmt: skip

@@ -1,0 +1,13 @@
+"""What verl_ext adds to the trainer's driver (level 3): state kept across steps and checkpoints, written beside
+verl's own outputs. Both trainers (:mod:`verl_ext.trainer`) mix it in.
+
+| module | contents |
+| --- | --- |
+| ``mixin`` | ``VerlExtDriverMixin``: each step's entropy autopilot and token lens, and their checkpoint file |
+| ``token_lens`` | the token lens: its keys and the JSONL / wandb writer of the selected tokens |
+| ``checkpoints`` | where verl's trainers save and load a step's checkpoint (resume modes) |
+| ``run_log`` | verl's file log continued (not truncated) when a run resumes from a checkpoint |
+
+May import: ``verl_ext.config``, ``contract``, ``losses`` and ``control``; never the trainer, the checks or anything
+above them.
+"""

@@ -1,0 +1,13 @@
+"""The test bed (level 2): small, local, download-free things to train and measure on - used by the CPU recipe,
+the ``SCALE=cpu`` recipes, the tests and the benchmarks; never loaded into a user's training processes by the plugin.
+
+| module | contents |
+| --- | --- |
+| ``tiny_model`` | a tiny random Qwen2 and its tokenizer, built locally |
+| ``task`` | the toy verifiable task *repeat the digit* of ``recipe/cpu_tiny.sh`` (data, reward, assets) |
+| ``math_assets`` | ``SCALE=cpu``'s assets: synthetic problems in GSM8K / DAPO-Math-17k / AIME hub formats, a warmed-up tiny model |
+| ``engine`` | ``CpuActor``: verl's FSDP2 ``TrainingWorker`` in this process (engine tests and benchmarks) |
+
+May import: ``verl_ext.cpu`` (the platform the harness runs on), torch, transformers and verl; nothing else of
+verl_ext.
+"""
