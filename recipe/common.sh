@@ -72,7 +72,7 @@ recipe_hydra_list() {
 # dynamic sampling, reward manager and overlong buffer, verl's gsm8k / math_dapo scorers, n > 1 validation) runs as
 # written. Sizes: SCALE_DIR (./recipe_cpu) holds the model, the data and the run logs; the data are synthetic
 # problems written in GSM8K's / DAPO-Math-17k's / AIME's hub formats and prepared by scripts/data/prepare_*.py; the
-# model is a tiny Qwen2 warmed up to solve some of them (python -m verl_ext.cpu.math_assets). Variables: STEPS (3;
+# model is a tiny Qwen2 warmed up to solve some of them (python -m verl_ext.testbed.math_assets). Variables: STEPS (3;
 # the learning-rate warm-up is shortened to 1 step, which verl runs at lr 0), PROMPTS (4 per step), N (4 responses
 # each), VAL_N (2, for DAPO's sampled validation; GSM8K validates greedily, n = 1), LR (2e-3: a tiny model needs a
 # large step to move within a few updates), COV_RATIO (0.1: Clip-Cov's / KL-Cov's ratio, sized for ~10^6-token
@@ -160,7 +160,7 @@ recipe_scale_assets() {
     here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
     data_scripts="$here/../scripts/data"
     if [[ ! -e "$DATA_DIR/dapo-math-17k.parquet" || ! -e "$DATA_DIR/gsm8k-test.parquet" || ! -e "$DATA_DIR/aime-2025.parquet" ]]; then
-        "$PYTHON" -m verl_ext.cpu.math_assets sources --out "$src" >&2 || recipe_die "writing the synthetic sources to $src failed"
+        "$PYTHON" -m verl_ext.testbed.math_assets sources --out "$src" >&2 || recipe_die "writing the synthetic sources to $src failed"
         {
             HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_DATASETS_CACHE="$SCALE_DIR/hf_cache" "$PYTHON" "$data_scripts/prepare_gsm8k.py" --no-progress --output-dir "$DATA_DIR" --local-path "$src/gsm8k/train.jsonl" --splits train \
             && HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_DATASETS_CACHE="$SCALE_DIR/hf_cache" "$PYTHON" "$data_scripts/prepare_gsm8k.py" --no-progress --output-dir "$DATA_DIR" --local-path "$src/gsm8k/test.jsonl" --splits test \
@@ -170,7 +170,7 @@ recipe_scale_assets() {
         } >&2 || recipe_die "preparing the synthetic sources with scripts/data/prepare_*.py into $DATA_DIR failed"
     fi
     if [[ ! -e "$MODEL_PATH/warmup.json" ]]; then
-        "$PYTHON" -m verl_ext.cpu.math_assets model --data-dir "$DATA_DIR" --out "$MODEL_PATH" >&2 \
+        "$PYTHON" -m verl_ext.testbed.math_assets model --data-dir "$DATA_DIR" --out "$MODEL_PATH" >&2 \
             || recipe_die "building the tiny model in $MODEL_PATH failed"
     fi
 }
@@ -373,7 +373,7 @@ recipe_dapo_base() {
 }
 
 # recipe_cpu_base: CPU mode (VERL_PLATFORM=cpu), one machine without an accelerator: a tiny Qwen2 and the
-# repeat-the-digit task built locally by `python -m verl_ext.cpu.task` (no download), GRPO with vLLM's CPU
+# repeat-the-digit task built locally by `python -m verl_ext.testbed.task` (no download), GRPO with vLLM's CPU
 # engine, FSDP2 on gloo. configs/platform/cpu.yaml supplies the CPU settings (fp32, sdpa, eager vLLM, ...).
 # Its own variables: WORK_DIR (model, data, checkpoints, run log; ./cpu_tiny), STEPS (30), RESPONSE_LENGTH
 # (16), PROMPTS (16 per step), N (8 responses per prompt), LR (5e-3), SEED (0), ASSETS=0 (use WORK_DIR as is),
@@ -419,7 +419,7 @@ recipe_cpu_base() {
     TRAIN_FILE="$WORK_DIR/train.parquet"
     VAL_FILE="$WORK_DIR/val.parquet"
     if [[ "$ASSETS" == 1 && "$PRINT_CMD" == 0 ]]; then
-        "$PYTHON" -m verl_ext.cpu.task --out "$WORK_DIR" --target-length "$RESPONSE_LENGTH" --seed "$SEED" >&2 \
+        "$PYTHON" -m verl_ext.testbed.task --out "$WORK_DIR" --target-length "$RESPONSE_LENGTH" --seed "$SEED" >&2 \
             || recipe_die "building the tiny model and the task data in $WORK_DIR failed"
     fi
     RECIPE_ARGS+=(
@@ -448,7 +448,7 @@ recipe_cpu_base() {
         actor_rollout_ref.rollout.gpu_memory_utilization=0.5
         "actor_rollout_ref.rollout.max_model_len=$((32 + RESPONSE_LENGTH))"
         actor_rollout_ref.rollout.max_num_batched_tokens=2048
-        reward.custom_reward_function.path=pkg://verl_ext.cpu.task
+        reward.custom_reward_function.path=pkg://verl_ext.testbed.task
         reward.custom_reward_function.name=compute_score
         "trainer.project_name=$PROJECT_NAME"
         "trainer.experiment_name=$EXP_NAME"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write the assets of the GPU smoke test (``scripts/gpu_smoke.sh``) without hub access: a tiny GSM8K-
 format source file of small sums, and a tiny random Qwen2 model with a local tokenizer and chat
-template built by :func:`verl_ext.cpu.tiny_model.build_tiny_model`, sized for vLLM (head size 64).
+template built by :func:`verl_ext.testbed.tiny_model.build_tiny_model`, sized for vLLM (head size 64).
 
 The questions use only words of the tiny model's vocabulary (``what is 3 plus 4 ?``), so prompts
 tokenize into real tokens; the GSM8K preparation script then appends its instruction.
@@ -62,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_rows(rows, args.data_file)
         print(f"tiny GSM8K source ({len(rows)} rows): {args.data_file}")
     if args.model_dir is not None:
-        from verl_ext.cpu.tiny_model import build_tiny_model
+        from verl_ext.testbed.tiny_model import build_tiny_model
 
         build_tiny_model(args.model_dir, seed=args.seed, **SMOKE_MODEL_KWARGS)
         print(f"tiny model: {args.model_dir}")
