@@ -8,7 +8,7 @@ reward over the last 5 steps, and for the autopilot the ratio trajectory and the
 
     python benchmarks/autopilot_cpu_recipe.py --target 2.6 --steps 40 --seeds 0 1 2 --json results.json
 
-About 3 minutes per run on 2 cores with the legacy trainer (the default here; ``--v1`` for verl's V1 trainer).
+About 5 minutes per run on 2 cores with verl's V1 trainer (the demo's; ``--legacy`` for the legacy trainer).
 """
 
 from __future__ import annotations
@@ -27,11 +27,13 @@ from verl_ext.demo.runs import log_path, read_steps
 VARIANTS = ("vanilla", "clip_cov", "autopilot")
 
 
-def demo(seed: int, target: float, steps: int, work: Path, v1: bool) -> Path:
+def demo(seed: int, target: float, steps: int, work: Path, legacy: bool) -> Path:
     """One demo (the three variants) for ``seed``; returns its output directory."""
     out = work / f"seed{seed}"
     cmd = [sys.executable, "-m", "verl_ext.demo", "--losses", "vanilla,clip_cov", "--entropy-target", str(target),
-           "--steps", str(steps), "--seed", str(seed), "--out", str(out), "--no-progress", "--", f"trainer.use_v1={v1}"]
+           "--steps", str(steps), "--seed", str(seed), "--out", str(out), "--no-progress"]
+    if legacy:
+        cmd += ["--", "trainer.use_v1=false"]
     subprocess.run(cmd, check=True)
     return out
 
@@ -71,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", type=float, default=2.6, help="the autopilot's target entropy (2.6)")
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--v1", action="store_true", help="verl's V1 trainer instead of the legacy one")
+    parser.add_argument("--legacy", action="store_true", help="verl's legacy trainer instead of the V1 one")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--work", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -82,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     results = []
     for seed in args.seeds:
-        out = demo(seed, args.target, args.steps, work, args.v1)
+        out = demo(seed, args.target, args.steps, work, args.legacy)
         for variant in VARIANTS:
             results.append(result(out, variant, seed, args.target))
             r = results[-1]
@@ -93,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         from verl_ext.cpu.machine import machine_info
 
         args.json.write_text(json.dumps({"machine": machine_info(), "target": args.target, "steps": args.steps,
-                                         "trainer": "v1" if args.v1 else "legacy", "runs": results}, indent=2))  # fmt: skip
+                                         "trainer": "legacy" if args.legacy else "v1", "command": "python -m verl_ext.demo --losses vanilla,clip_cov "
+                                         f"--entropy-target {args.target} --steps {args.steps} --seed S", "runs": results}, indent=2))  # fmt: skip
     return 0
 
 
