@@ -82,7 +82,8 @@ def test_cli_bad_value_exits_2_naming_the_key(tmp_path):
         "actor_rollout_ref.actor.policy_loss.entropy_mask_low=1.5", cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == 2
-    assert "verl_ext: invalid config: actor_rollout_ref.actor.policy_loss.entropy_mask_low:" in proc.stderr
+    assert ("verl_ext: invalid config: actor_rollout_ref.actor.policy_loss.entropy_mask_low: 1.5 is invalid: allowed "
+            "0 <= entropy_mask_low < 1") in proc.stderr  # the README's example, verbatim
     assert "verl_ext dry run" not in proc.stdout
 
 
