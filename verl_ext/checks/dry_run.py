@@ -22,7 +22,7 @@ from typing import Any, TextIO
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from verl_ext.checks.validation import ConfigError, check_loss_mode, check_strategy, check_verl_ext
+from verl_ext.checks.validation import ConfigError, check_loss_mode, check_strategy, check_verl_ext, needs_critic
 
 EXIT_INVALID = 2
 
@@ -115,7 +115,7 @@ def validate(config: DictConfig, load_models: bool = False) -> Validated:
     are not local directories. The dry run passes ``False``; it never downloads.
     """
     from verl.trainer.distillation import is_distillation_enabled
-    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.trainer.ppo.utils import need_reference_policy
     from verl.utils.config import validate_config
 
     validated = Validated()
@@ -127,7 +127,7 @@ def validate(config: DictConfig, load_models: bool = False) -> Validated:
     check_strategy(config)
 
     actor_model = load_models or _local_model(config, "actor_rollout_ref.model")
-    use_critic, use_ref = need_critic(config), need_reference_policy(config)
+    use_critic, use_ref = needs_critic(config), need_reference_policy(config)
     critic_model = use_critic and (load_models or _local_model(config, "critic.model"))
     try:
         validate_config(config=config, use_reference_policy=use_ref, use_critic=critic_model)

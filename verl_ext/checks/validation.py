@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import warnings
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -55,6 +56,16 @@ def _select(config: DictConfig, key: str, default: Any = None) -> Any:
 
 def _registered_losses() -> list[str]:
     return sorted(POLICY_LOSS_REGISTRY)
+
+
+def needs_critic(config: DictConfig) -> bool:
+    """verl's ``need_critic``, without its warning ("Disabled critic as algorithm.adv_estimator != gae"), which verl's
+    own trainer prints once per run anyway: asked by verl_ext's checks, it would print it three times more."""
+    from verl.trainer.ppo.utils import need_critic
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Disabled critic", category=UserWarning)
+        return bool(need_critic(config))
 
 
 def check_loss_mode(config: DictConfig) -> str:
@@ -125,10 +136,8 @@ def check_sequence_parallel(config: DictConfig) -> None:
     ``sdpa`` / ``eager`` verl's Ulysses all-to-all never runs, each rank attends to its slice only, and every
     log-prob, entropy and loss is silently wrong (measured in CPU mode: rollout-vs-actor probability gap 0.012
     instead of 2e-8)."""
-    from verl.trainer.ppo.utils import need_critic
-
     for size_key, attention_key in SEQUENCE_PARALLEL:
-        if size_key.startswith("critic.") and not need_critic(config):
+        if size_key.startswith("critic.") and not needs_critic(config):
             continue
         size = _select(config, size_key, 1) or 1
         attention = _select(config, attention_key) or DEFAULT_ATTENTION
@@ -191,8 +200,6 @@ LOCAL_RAY_ONLY = ("num_cpus", "num_gpus", "include_dashboard")
 def check_platform(config: DictConfig) -> str:
     """CPU mode (``VERL_PLATFORM=cpu``): never next to CUDA, and only with the settings it can run (which
     ``configs/platform/cpu.yaml`` sets unless the command line changed them); returns a description."""
-    from verl.trainer.ppo.utils import need_critic
-
     from verl_ext.cpu import mode as cpu_mode
 
     if not cpu_mode.requested():
@@ -205,7 +212,7 @@ def check_platform(config: DictConfig) -> str:
         if value not in allowed:
             raise ConfigError(key, f"{value!r} does not run in CPU mode ({cpu_mode.ENV_VAR}=cpu): {why}; "
                               f"allowed: {list(allowed)}")  # fmt: skip
-    if need_critic(config):
+    if needs_critic(config):
         raise ConfigError("algorithm.adv_estimator", f"{_select(config, 'algorithm.adv_estimator')!r} needs a "
                           "critic, which CPU mode has never run: configs/platform/cpu.yaml sets no CPU engine for "
                           "it (verl's critic defaults to FSDP1 in bf16) and no test trains one; use a critic-free "
