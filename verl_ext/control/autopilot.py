@@ -66,8 +66,9 @@ class EntropyControlConfig(PrefixedConfig):
     """Proportional gain on the log-space error (>= 0): a 10 % entropy shortfall multiplies the ratio by ~e^1."""
 
     ki: float = 2.0
-    """Integral gain on the accumulated log-space error (>= 0). The defaults held the CPU demo's entropy closest to
-    its target among (2, 0.5), (10, 2) and (20, 5) (docs/autopilot.md)."""
+    """Integral gain on the accumulated log-space error (>= 0). The defaults (kp, ki) = (10, 2) held entropy closest
+    to its target among (2, 0.5), (10, 2) and (20, 5) on verl_ext's former in-process demo; on verl's trainer
+    (``python -m verl_ext.demo``) their tracking is measured in docs/autopilot.md."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.enable, bool):

@@ -1,5 +1,5 @@
-"""Run verl's real FSDP2 ``TrainingWorker`` in-process on CPU (gloo, one rank): the actor of the CPU tests,
-the CPU demo and the benchmarks.
+"""Run verl's real FSDP2 ``TrainingWorker`` in-process on CPU (gloo, one rank): the actor of the engine tests
+and the benchmarks.
 
 :class:`CpuActor` does what verl's ``ActorRolloutRefWorker.init_model`` and the trainer's
 ``_compute_old_log_prob`` / ``_update_actor`` do for the actor, minus Ray and rollout:

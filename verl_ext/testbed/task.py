@@ -1,6 +1,6 @@
 """The toy verifiable task of CPU mode: *repeat the digit named in the prompt*; and its local assets.
 
-Used by the CPU recipe (``recipe/cpu_tiny.sh``, through verl's reward loop) and by the in-process demo.
+Used by the CPU recipe (``recipe/cpu_tiny.sh``, through verl's reward loop) and so by ``python -m verl_ext.demo``.
 The prompt is ``repeat <d> :``; the reward of a response is the share of its ``target_length`` token slots
 that hold ``<d>`` (responses are cut at ``data.max_response_length`` = ``target_length`` tokens). It is
 dense enough for GRPO to learn from a random model in a few dozen steps, rewards differ within a group

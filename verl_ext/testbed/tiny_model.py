@@ -1,6 +1,6 @@
 """A tiny, randomly initialised Qwen2 causal LM with a small tokenizer, built locally (no downloads).
 
-Used by the CPU tests, the CPU demo and the GPU smoke script. The vocabulary covers small synthetic
+Used by the CPU recipe (so the demo), the CPU tests and the GPU smoke script. The vocabulary covers small synthetic
 arithmetic / copy tasks: the ten digits (always single tokens), arithmetic operators, brackets, a few words
 and the chat special tokens. Model and tokenizer are deterministic for a given seed and argument set.
 
