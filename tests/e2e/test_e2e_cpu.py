@@ -1,8 +1,8 @@
 """End to end in CPU mode: ``recipe/cpu_tiny.sh`` -> ``python -m verl_ext.main_ppo`` -> verl's real trainer (Ray on
 127.0.0.1, FSDP2 actor and reference on gloo, vLLM's CPU engine as rollout server, verl's reward loop, old-log-prob
-pass, update, weight sync), for what the GPU recipes (tests/e2e/test_recipes_cpu.py) do not run: the entropy
-autopilot and the token lens, DAPO that cannot fill a batch, and a run killed with SIGKILL then resumed (both
-trainers).
+pass, update, weight sync), for what the GPU recipes (tests/e2e/test_recipes_cpu.py) do not run: ``python -m
+verl_ext.demo`` (its run is the entropy autopilot with the token lens), DAPO that cannot fill a batch, a run killed
+with SIGKILL then resumed (both trainers), and the selection with one or two ranks.
 
 Each run is checked from verl's file-logger JSONL and its checkpoints. Settings make every method act: two
 mini-batches per step, a selection ratio that picks a handful of the ~100 tokens of a batch, and Clip-Cov bounds
