@@ -198,25 +198,29 @@ REGISTRY_PROBE = (
 
 
 def probe_registry(**env: str) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items() if k not in ("RANK", "VERL_EXT_KEEP_VERL_COV", "VERL_PLATFORM")}
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("RANK", "WG_BACKEND", "VERL_EXT_KEEP_VERL_COV", "VERL_PLATFORM")}  # fmt: skip
     return subprocess.run([sys.executable, "-c", REGISTRY_PROBE], env={**clean, **env}, capture_output=True, text=True,
                           timeout=300)  # fmt: skip
 
 
 def test_verl_ext_replaces_verl_cov_losses_and_says_so_once_on_rank_0():
-    done = probe_registry(RANK="0")
+    """verl's rank-0 training worker (verl's worker group sets WG_BACKEND=ray and RANK) says it; nothing else does,
+    not even a process that inherited RANK=0 from a launcher or a test."""
+    done = probe_registry(RANK="0", WG_BACKEND="ray")
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["verl_ext.losses.clip_cov", "verl_ext.losses.kl_cov", "verl_ext.losses.grpo_erc",
                                    "verl_ext.losses.gppo_erc"]  # fmt: skip
     lines = [line for line in done.stderr.splitlines() if "replacing verl's built-ins" in line]
     assert lines == ["verl_ext: clip_cov and kl_cov are verl_ext's (batch-scope selection), replacing verl's built-ins "
                      "of the same names; VERL_EXT_KEEP_VERL_COV=1 keeps verl's"]  # fmt: skip
-    other_rank = probe_registry(RANK="1")  # every other process registers silently
-    assert other_rank.stdout == done.stdout and "clip_cov and kl_cov" not in other_rank.stderr
+    for env in ({"RANK": "1", "WG_BACKEND": "ray"}, {"RANK": "0"}, {}):  # every other process registers silently
+        other = probe_registry(**env)
+        assert other.stdout == done.stdout and "clip_cov and kl_cov" not in other.stderr, env
 
 
 def test_keep_verl_cov_switch_keeps_verl_builtins_and_registers_erc():
-    done = probe_registry(RANK="0", VERL_EXT_KEEP_VERL_COV="1")
+    done = probe_registry(RANK="0", WG_BACKEND="ray", VERL_EXT_KEEP_VERL_COV="1")
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["verl.trainer.ppo.core_algos", "verl.trainer.ppo.core_algos",
                                    "verl_ext.losses.grpo_erc", "verl_ext.losses.gppo_erc"]  # fmt: skip

@@ -54,13 +54,20 @@ def replacement_line() -> str:
             f"same names; {KEEP_VERL_COV_ENV}=1 keeps verl's")  # fmt: skip
 
 
+def rank_zero_worker() -> bool:
+    """This process is the rank-0 worker of a verl worker group: verl's ``RayWorkerGroup`` gives each of its actors
+    ``WG_BACKEND=ray`` and its ``RANK``. ``RANK`` alone is not enough: a launcher (torchrun, a cluster scheduler) or
+    a test may leave ``RANK=0`` in a driver, which every Ray worker and vLLM process then inherits."""
+    return os.environ.get("WG_BACKEND") == "ray" and os.environ.get("RANK") == "0"
+
+
 def register() -> None:
-    """(Re-)register verl_ext's losses; idempotent. Importing this module already did it once. The process whose
-    ``RANK`` is 0 (verl's rank-0 training worker) prints :func:`replacement_line` the first time."""
+    """(Re-)register verl_ext's losses; idempotent. Importing this module already did it once. verl's rank-0
+    training worker (:func:`rank_zero_worker`) prints :func:`replacement_line` the first time."""
     global _announced
     for name, fn in registered_losses().items():
         register_policy_loss(name)(fn)
-    if not _announced and os.environ.get("RANK") == "0":
+    if not _announced and rank_zero_worker():
         _announced = True
         print(replacement_line(), file=sys.stderr, flush=True)
 
@@ -83,5 +90,5 @@ try:
 except ValueError:  # a bad VERL_EXT_KEEP_VERL_COV: ensure_registered() reports it by name (verl hides plugin errors)
     pass
 
-__all__ = ["KEEP_VERL_COV_ENV", "ensure_registered", "keep_verl_cov", "register", "registered_losses",
-           "replacement_line"]  # fmt: skip
+__all__ = ["KEEP_VERL_COV_ENV", "ensure_registered", "keep_verl_cov", "rank_zero_worker", "register",
+           "registered_losses", "replacement_line"]  # fmt: skip

@@ -124,7 +124,10 @@ def demo(root: Path, *args: str) -> Run:
                            "--steps", "2", "--prompts-per-step", str(PROMPTS), "--samples-per-prompt", str(N),
                            "--response-length", str(LENGTH), "--cov-ratio", str(COV_RATIO), "--out", str(root),
                            "--no-progress", "--", *args],
-                          env={**env, "HYDRA_FULL_ERROR": "1"}, capture_output=True, text=True, timeout=900)  # fmt: skip
+                          # RANK=0 as a launcher (or this session's engine tests) may leave it in a driver: every
+                          # process of the run inherits it, and still only verl's rank-0 worker may announce
+                          env={**env, "HYDRA_FULL_ERROR": "1", "RANK": "0"}, capture_output=True, text=True,
+                          timeout=900)  # fmt: skip
     log = root / "train.log"
     output = proc.stdout + proc.stderr + (log.read_text() if log.exists() else "")
     assert proc.returncode == 0, f"demo: exit {proc.returncode}\n{output[-8000:]}"
@@ -371,7 +374,7 @@ def test_selection_is_the_same_with_one_or_two_ranks_and_fixed_or_dynamic_micro_
 def test_demo_reports_its_run_and_the_replacement_is_announced_once(runs, assets):
     """The demo's outputs from its run of verl's trainer: the terminal table and the autopilot's tracking line, the
     CSV (the JSONL's steps), the PNG; and verl_ext's one line saying its clip_cov replaces verl's, printed by the
-    rank-0 training worker only."""
+    rank-0 training worker only, although the demo's driver (and so every process of the run) has RANK=0."""
     run = runs("demo_autopilot_lens")
     assert "autopilot" in run.output and "mean |H - H*| / H*" in run.output, run.output[:3000]
     with open(assets / "metrics.csv", newline="") as f:
