@@ -21,6 +21,7 @@ from verl.workers.config import PolicyLossConfig as VerlPolicyLossConfig
 POLICY_LOSS_PREFIX = "actor_rollout_ref.actor.policy_loss."
 ACTOR_PREFIX = "actor_rollout_ref.actor."
 COV_SCOPES = ("batch", "micro")
+ENTROPY_SCOPES = ("batch", "micro")
 
 
 class ConfigError(ValueError):
@@ -91,6 +92,22 @@ class PolicyLossConfig(VerlPolicyLossConfig):
     cov_seed: int = 0
     """clip_cov: seed of the counter-based hash that draws the random tokens (never the global RNG)."""
 
+    high_entropy_ratio: float = 0.2
+    """high_entropy: the fraction rho of tokens with the highest entropy that keep their policy gradient, in (0, 1]
+    ("Beyond the 80/20 Rule", arXiv 2506.01939: 0.2); ``max(1, ceil(rho N))`` tokens are kept."""
+
+    high_entropy_scope: str = "batch"
+    """high_entropy: ``batch`` ranks the whole training batch by the old-log-prob pass's entropy (independent of
+    micro-batching and GPU count); ``micro`` ranks each loss call's tokens by the update forward's entropy (the
+    paper's code)."""
+
+    entropy_adv_alpha: float = 0.4
+    """entropy_adv: alpha > 0 in ``A' = A + min(alpha H, |A| / kappa)`` (arXiv 2506.14758; 0.4 in public code)."""
+
+    entropy_adv_kappa: float = 2.0
+    """entropy_adv: kappa >= 1 in ``A' = A + min(alpha H, |A| / kappa)``: the shaping never exceeds |A| / kappa, so
+    it cannot flip an advantage's sign (2 in public code)."""
+
     def __post_init__(self) -> None:
         parent = getattr(super(), "__post_init__", None)
         if parent is not None:
@@ -133,6 +150,18 @@ def check_policy_loss_params(values: Mapping[str, Any]) -> None:
     scope = values.get("cov_scope")
     if scope is not None and scope not in COV_SCOPES:
         raise _bad("cov_scope", scope, f"one of {list(COV_SCOPES)}")
+    for key in ("high_entropy_ratio",):
+        if values.get(key) is not None and not 0.0 < _number(key, values[key]) <= 1.0:
+            raise _bad(key, values[key], "a fraction in (0, 1] (0.2 keeps the 20 % highest-entropy tokens)")
+    scope = values.get("high_entropy_scope")
+    if scope is not None and scope not in ENTROPY_SCOPES:
+        raise _bad("high_entropy_scope", scope, f"one of {list(ENTROPY_SCOPES)}")
+    alpha = values.get("entropy_adv_alpha")
+    if alpha is not None and not _number("entropy_adv_alpha", alpha) > 0.0:
+        raise _bad("entropy_adv_alpha", alpha, "a number > 0")
+    kappa = values.get("entropy_adv_kappa")
+    if kappa is not None and not _number("entropy_adv_kappa", kappa) >= 1.0:
+        raise _bad("entropy_adv_kappa", kappa, "a number >= 1 (below 1 the shaping could flip a negative advantage)")
     seed = values.get("cov_seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
         raise _bad("cov_seed", seed, "an integer >= 0")

@@ -21,6 +21,16 @@ OLD_ENTROPY = "old_entropy"
 COV_SELECTED = "cov_selected"
 """Batch field: the batch-scope Clip-Cov / KL-Cov selection mask (1 = selected token)."""
 
+HIGH_ENTROPY_WEIGHT = "high_entropy_weight"
+"""Batch field: the batch-scope ``high_entropy`` selection as per-token weights (``N / |S|`` on the selected
+tokens, 0 elsewhere), so that verl's token-mean over all tokens becomes the mean over the selected ones."""
+
+ENTROPY_COEF = "entropy_coef"
+"""Batch field: the entropy controller's coefficient of the step (actuator ``entropy_coef``), on every token."""
+
+POS_WEIGHT = "pos_weight"
+"""Batch field: EntroPIC's weight alpha of the step (actuator ``pos_weight``), on every token."""
+
 CONTROL_METRIC_PREFIX = "entropy_control/"
 """Prefix of the entropy autopilot's per-step metrics."""
 
@@ -30,6 +40,13 @@ CONTROL_RATIO = CONTROL_METRIC_PREFIX + "ratio"
 CONTROL_ERROR = CONTROL_METRIC_PREFIX + "error"
 CONTROL_INTEGRAL = CONTROL_METRIC_PREFIX + "integral"
 CONTROL_SATURATED = CONTROL_METRIC_PREFIX + "saturated"
+CONTROL_VALUE = CONTROL_METRIC_PREFIX + "value"
+"""The actuator's value applied at the step, whatever the actuator (also logged under its own name below)."""
+CONTROL_GATE = CONTROL_METRIC_PREFIX + "gate"
+"""Skywork's gate: 1 while the entropy term is applied (entropy below target), else 0."""
+CONTROL_ACTUATOR_KEYS = {"cov_ratio": CONTROL_RATIO, "entropy_coef": CONTROL_METRIC_PREFIX + "entropy_coef",
+                         "pos_weight": CONTROL_METRIC_PREFIX + "pos_weight"}  # fmt: skip
+"""Each actuator's value under its own name (``entropy_control/ratio`` kept for the selection ratio)."""
 
 LENS_SUFFIX = ".lens.jsonl"
 """The token lens writes next to verl's file log: ``<run>.jsonl`` -> ``<run>.lens.jsonl``."""
@@ -44,6 +61,7 @@ def lens_file_for(log: str | Path) -> Path:
 
 
 __all__ = [
+    "CONTROL_ACTUATOR_KEYS", "CONTROL_GATE", "CONTROL_VALUE", "ENTROPY_COEF", "HIGH_ENTROPY_WEIGHT", "POS_WEIGHT",
     "CONTROL_ENTROPY", "CONTROL_ERROR", "CONTROL_INTEGRAL", "CONTROL_METRIC_PREFIX", "CONTROL_RATIO",
     "CONTROL_SATURATED", "CONTROL_TARGET", "COV_SELECTED", "LENS_SUFFIX", "OLD_ENTROPY", "lens_file_for",
 ]  # fmt: skip

@@ -17,7 +17,7 @@ from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
 from verl_ext.config import ConfigError, PolicyLossConfig, bounded_dynamic_sampling
 from verl_ext.losses import COV_LOSSES, ERC_LOSSES
 from verl_ext.registration import KEEP_VERL_COV_ENV, keep_verl_cov
-from verl_ext.trainer.hooks import needs_batch_selection, needs_old_entropy
+from verl_ext.trainer.hooks import needs_batch_selection, needs_entropy_selection, needs_old_entropy
 
 ACTOR = "actor_rollout_ref.actor"
 POLICY_LOSS = f"{ACTOR}.policy_loss"
@@ -104,13 +104,19 @@ def check_strategy(config: DictConfig) -> None:
 
 
 def check_entropy_source(config: DictConfig, mode: str) -> None:
-    """ERC losses need the old-log-prob pass, which rollout-correction bypass mode skips."""
-    if mode in ERC_LOSSES and _select(config, "algorithm.rollout_correction.bypass_mode", False):
-        raise ConfigError(
-            "algorithm.rollout_correction.bypass_mode",
-            f"must be false with {POLICY_LOSS}.loss_mode={mode}: bypass mode skips the old-log-prob pass, "
-            "which is where the old policy's entropy (old_entropy) for the entropy-ratio mask comes from",
-        )
+    """ERC losses, batch-scope ``high_entropy`` and the entropy autopilot read the old-log-prob pass's entropy,
+    which rollout-correction bypass mode skips."""
+    if not _select(config, "algorithm.rollout_correction.bypass_mode", False):
+        return
+    users = {
+        f"{POLICY_LOSS}.loss_mode={mode}": mode in ERC_LOSSES or needs_entropy_selection(_select(config, ACTOR)),
+        "verl_ext.entropy_control.enable=true": bool(_select(config, "verl_ext.entropy_control.enable", False)),
+    }
+    for setting, uses in users.items():
+        if uses:
+            raise ConfigError("algorithm.rollout_correction.bypass_mode", f"must be false with {setting}: bypass mode "
+                              "skips the old-log-prob pass, which is where the old policy's per-token entropy it "
+                              "reads comes from")  # fmt: skip
 
 
 def check_kl_clip(config: DictConfig) -> None:
@@ -226,10 +232,29 @@ def check_platform(config: DictConfig) -> str:
     return f"CPU mode ({cpu_mode.ENV_VAR}=cpu: FSDP2 on gloo, vLLM's CPU engine, configs/platform/cpu.yaml)"
 
 
+def check_actuator(config: DictConfig, feature: Any) -> None:
+    """The autopilot's actuator must have something to act on: ``cov_ratio`` a batch-scope ``clip_cov`` / ``kl_cov``;
+    ``entropy_coef`` an actor whose fixed ``entropy_coeff`` is 0 (the actuator replaces it)."""
+    actor = _select(config, ACTOR)
+    if feature.actuator == "cov_ratio" and not needs_batch_selection(actor):
+        mode = _select(config, f"{POLICY_LOSS}.loss_mode", "vanilla")
+        scope = _select(config, f"{POLICY_LOSS}.cov_scope", "batch")
+        raise ConfigError("verl_ext.entropy_control.enable", f"true with actuator=cov_ratio needs {POLICY_LOSS}."
+                          f"loss_mode clip_cov or kl_cov with cov_scope=batch (it sets the driver's batch-scope "
+                          f"selection ratio); got loss_mode={mode}, cov_scope={scope}. Other actuators: "
+                          "entropy_coef, pos_weight (any loss)")  # fmt: skip
+    if feature.actuator == "entropy_coef":
+        fixed = _select(config, f"{ACTOR}.entropy_coeff", 0.0) or 0.0
+        if fixed != 0:
+            raise ConfigError(f"{ACTOR}.entropy_coeff", f"{fixed!r} is invalid with verl_ext.entropy_control.actuator="
+                              "entropy_coef, which sets the entropy coefficient each step: allowed 0 (start the "
+                              "autopilot's coefficient with verl_ext.entropy_control.coef_init)")  # fmt: skip
+
+
 def check_driver_features(config: DictConfig) -> list[str]:
-    """The entropy autopilot and the token lens: valid keys, and a loss they can act on (``clip_cov`` /
-    ``kl_cov`` with ``cov_scope=batch``: both work on the driver's batch-scope selection). Returns
-    descriptions of the enabled ones for the dry-run summary."""
+    """The entropy autopilot and the token lens: valid keys, and something to act on (the autopilot:
+    :func:`check_actuator`; the lens: ``clip_cov`` / ``kl_cov`` with ``cov_scope=batch``, whose selection it shows).
+    Returns descriptions of the enabled ones for the dry-run summary."""
     from verl_ext.control.autopilot import EntropyControlConfig
     from verl_ext.driver.token_lens import TokenLensConfig
 
@@ -241,7 +266,9 @@ def check_driver_features(config: DictConfig) -> list[str]:
             continue
         actor = _select(config, ACTOR)
         mode = _select(config, f"{POLICY_LOSS}.loss_mode", "vanilla")
-        if not needs_batch_selection(actor):
+        if key == "entropy_control":
+            check_actuator(config, feature)
+        elif not needs_batch_selection(actor):
             scope = _select(config, f"{POLICY_LOSS}.cov_scope", "batch")
             raise ConfigError(f"verl_ext.{key}.enable", f"true needs {POLICY_LOSS}.loss_mode clip_cov or kl_cov with "
                               f"cov_scope=batch (it acts on the driver's batch-scope selection); got loss_mode={mode}, "
@@ -252,7 +279,7 @@ def check_driver_features(config: DictConfig) -> list[str]:
                 if not isinstance(total, int) or total < 1:
                     raise ConfigError("verl_ext.entropy_control.schedule_steps", f"is null and trainer.total_training_"
                                       f"steps={total!r}: a {feature.schedule} schedule needs a length")  # fmt: skip
-            if feature.ratio_init is None:
+            if feature.actuator == "cov_ratio" and feature.ratio_init is None:
                 from verl_ext.driver.mixin import RATIO_KEYS
 
                 ratio = _select(config, f"{POLICY_LOSS}.{RATIO_KEYS[mode]}")
@@ -262,8 +289,8 @@ def check_driver_features(config: DictConfig) -> list[str]:
                                       f"[{feature.ratio_min}, {feature.ratio_max}]: set ratio_init or widen the bounds")  # fmt: skip
             target = f"{feature.target}" if feature.schedule == "constant" else (
                 f"{feature.schedule} {feature.target} -> {feature.target_end}")
-            described.append(f"entropy autopilot: target {target} nats/token, ratio in [{feature.ratio_min}, "
-                             f"{feature.ratio_max}], kp={feature.kp} ki={feature.ki}")  # fmt: skip
+            described.append(f"entropy autopilot: target {target} nats/token, controller {feature.controller} on "
+                             f"actuator {feature.actuator}")  # fmt: skip
         else:
             described.append(f"token lens: every {feature.every_n_steps} step(s), {feature.context_tokens} tokens of context")
     return described
@@ -300,6 +327,7 @@ def check_verl_ext(config: DictConfig, actor: Any | None = None) -> dict[str, An
 __all__ = [
     "ConfigError",
     "check_actor_classes",
+    "check_actuator",
     "check_driver_features",
     "check_dynamic_sampling",
     "check_entropy_source",

@@ -1,21 +1,14 @@
-"""Entropy autopilot: hold the policy's entropy on a target by setting the Clip-Cov / KL-Cov selection ratio.
+"""Entropy autopilot: hold the policy's entropy on a target with one of three controllers driving one of three actuators.
 
-Clip-Cov and KL-Cov slow entropy collapse by acting on a fixed fraction of the tokens, and that fraction has to be
-tuned per model and run. Like SAC's automatic temperature, the autopilot takes a target entropy ``H*`` (nats per
-token; constant or scheduled) and sets the ratio ``rho`` of every step from the error between ``H*`` and the
-batch's measured entropy ``H`` - the mean per-token entropy of the old-log-prob pass, which verl computes anyway -
-before the batch-scope selection of the same step (no lag, nothing changes on the workers). A proportional-
-integral law in log space:
-
-    e_t         = log H*_t - log H_t                       (> 0: entropy below target -> select more tokens)
-    log rho_t   = clamp(log rho_0 + k_p e_t + k_i (I_{t-1} + e_t),  log rho_min,  log rho_max)
-    I_t         = I_{t-1} + e_t     unless rho_t sits on a bound and e_t pushes further into it (anti-windup)
-
-Selecting more tokens raises entropy for both methods: Clip-Cov detaches the gradient of more high-covariance
-tokens (the ones whose update lowers entropy most), KL-Cov anchors more of them to the old policy. Everything here
-is pure Python (no torch, no verl): :class:`EntropyControlConfig` (the ``verl_ext.entropy_control`` keys and their
-validation), :func:`target_at` (the schedule) and :class:`EntropyController` (the law and its state, which the
-trainers save with every checkpoint).
+The target ``H*`` (nats per token; constant or scheduled) is compared each step with the batch's measured entropy
+``H`` - the mean per-token entropy of the old-log-prob pass, which verl computes anyway - before the update of the
+same step (no lag). A controller (:mod:`~verl_ext.control.controllers`: ``pi`` in log space, Skywork-OR1's
+``skywork`` rule, EntroPIC's ``entropic`` law) turns the gap into the value of an actuator
+(:mod:`~verl_ext.control.actuators`: Clip-Cov's / KL-Cov's selection ratio ``cov_ratio``, the entropy-loss
+coefficient ``entropy_coef``, EntroPIC's weight ``pos_weight``); :data:`~verl_ext.control.actuators.PAIRS` lists
+the pairs that make sense. Everything here is pure Python (no torch, no verl): :class:`EntropyControlConfig` (the
+``verl_ext.entropy_control`` keys and their validation), :func:`target_at` (the schedule) and
+:class:`EntropyController` (controller + actuator + schedule, whose state the trainers save with every checkpoint).
 """
 
 from __future__ import annotations
@@ -25,8 +18,10 @@ from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
 from verl_ext.config import PrefixedConfig
-from verl_ext.contract import (CONTROL_ENTROPY, CONTROL_ERROR, CONTROL_INTEGRAL, CONTROL_RATIO, CONTROL_SATURATED,
-                               CONTROL_TARGET)
+from verl_ext.contract import (CONTROL_ACTUATOR_KEYS, CONTROL_ENTROPY, CONTROL_ERROR, CONTROL_GATE, CONTROL_INTEGRAL,
+                               CONTROL_SATURATED, CONTROL_TARGET, CONTROL_VALUE)
+from verl_ext.control.actuators import ACTUATORS, PAIRS, REFUSED, Actuator, actuator_from_config
+from verl_ext.control.controllers import CONTROLLERS, Controller, make_controller, state_dict
 
 AUTOPILOT_CONFIG_PREFIX = "verl_ext.entropy_control."
 SCHEDULES = ("constant", "linear", "cosine")
@@ -39,7 +34,16 @@ class EntropyControlConfig(PrefixedConfig):
     KEY_PREFIX: ClassVar[str] = AUTOPILOT_CONFIG_PREFIX
 
     enable: bool = False
-    """Turn the autopilot on (``clip_cov`` / ``kl_cov`` with ``cov_scope=batch`` only)."""
+    """Turn the autopilot on."""
+
+    controller: str = "pi"
+    """``pi`` (log-space PI, anti-windup), ``skywork`` (Skywork-OR1's +-delta rule with the below-target gate) or
+    ``entropic`` (EntroPIC's linear PI law)."""
+
+    actuator: str = "cov_ratio"
+    """``cov_ratio`` (Clip-Cov / KL-Cov selection ratio; ``clip_cov`` / ``kl_cov`` with ``cov_scope=batch``),
+    ``entropy_coef`` (the coefficient of verl's entropy term; actor ``entropy_coeff`` must be 0) or ``pos_weight``
+    (EntroPIC's alpha on high-probability tokens; any policy loss)."""
 
     target: float = 1.0
     """Target entropy in nats per token (> 0); the start value of a schedule."""
@@ -70,6 +74,34 @@ class EntropyControlConfig(PrefixedConfig):
     to its target among (2, 0.5), (10, 2) and (20, 5) on verl_ext's former in-process demo; on verl's trainer
     (``python -m verl_ext.demo``) their tracking is measured in docs/autopilot.md."""
 
+    skywork_delta: float = 0.001
+    """``skywork``: the step ``delta`` of the coefficient per training step (> 0; Skywork-OR1's 7B script: 0.001)."""
+
+    entropic_kp: float = 1.0
+    """``entropic``: proportional gain on ``H* - H`` (>= 0; EntroPIC's ``entropy_control_p`` = 1)."""
+
+    entropic_ki: float = 0.01
+    """``entropic``: integral gain on the accumulated ``H* - H`` (>= 0; EntroPIC's ``entropy_control_i`` = 0.01)."""
+
+    coef_min: float = 0.0
+    """``entropy_coef``: smallest coefficient (>= 0; Skywork-OR1: 0). ``pi`` works in log space: set it > 0."""
+
+    coef_max: float = 0.5
+    """``entropy_coef``: largest coefficient (> coef_min; Skywork-OR1's 7B script as read: 0.5)."""
+
+    coef_init: float = 0.005
+    """``entropy_coef``: start value (``skywork``) or value at zero error (``pi``, ``entropic``), in
+    [coef_min, coef_max] (Skywork-OR1's 7B script: 0.005)."""
+
+    weight_min: float = -1.0
+    """``pos_weight``: smallest alpha (>= -1; EntroPIC clips alpha to [-1, 1])."""
+
+    weight_max: float = 1.0
+    """``pos_weight``: largest alpha (<= 1, > weight_min)."""
+
+    weight_init: float = 0.0
+    """``pos_weight``: alpha at zero error (EntroPIC: 0, the plain loss), in [weight_min, weight_max]."""
+
     def __post_init__(self) -> None:
         if not isinstance(self.enable, bool):
             raise EntropyControlConfig.error("enable", f"{self.enable!r} is invalid: allowed true or false")
@@ -97,9 +129,36 @@ class EntropyControlConfig(PrefixedConfig):
         if self.ratio_init is not None and not self.ratio_min <= _number("ratio_init", self.ratio_init) <= self.ratio_max:
             raise EntropyControlConfig.error("ratio_init", f"{self.ratio_init!r} is invalid: allowed null or a number in "
                                       f"[ratio_min, ratio_max] = [{self.ratio_min}, {self.ratio_max}]")  # fmt: skip
-        for key in ("kp", "ki"):
+        for key in ("kp", "ki", "entropic_kp", "entropic_ki"):
             if _number(key, getattr(self, key)) < 0:
                 raise EntropyControlConfig.error(key, f"{getattr(self, key)!r} is invalid: allowed a number >= 0")
+        if _number("skywork_delta", self.skywork_delta) <= 0:
+            raise EntropyControlConfig.error("skywork_delta", f"{self.skywork_delta!r} is invalid: allowed a number > 0")
+        if self.controller not in CONTROLLERS:
+            raise EntropyControlConfig.error("controller", f"{self.controller!r} is invalid: allowed one of {list(CONTROLLERS)}")
+        if self.actuator not in ACTUATORS:
+            raise EntropyControlConfig.error("actuator", f"{self.actuator!r} is invalid: allowed one of {list(ACTUATORS)}")
+        if (self.controller, self.actuator) not in PAIRS:
+            allowed = sorted(a for c, a in PAIRS if c == self.controller)
+            raise EntropyControlConfig.error("actuator", f"{self.actuator!r} cannot be driven by controller="
+                                             f"{self.controller}: {REFUSED[(self.controller, self.actuator)]}; allowed "
+                                             f"with {self.controller}: {allowed}")  # fmt: skip
+        self._check_range("coef", 0.0, None)
+        self._check_range("weight", -1.0, 1.0)
+        if self.controller == "pi" and self.actuator == "entropy_coef" and self.coef_min <= 0:
+            raise EntropyControlConfig.error("coef_min", f"{self.coef_min!r} is invalid with controller=pi: pi works in "
+                                             "log space, so the coefficient's range must be positive (e.g. 1e-4)")  # fmt: skip
+
+    def _check_range(self, prefix: str, floor: float, ceiling: float | None) -> None:
+        """``<prefix>_min < <prefix>_max`` within ``[floor, ceiling]``, and ``<prefix>_init`` between them."""
+        lo, hi, init = (_number(f"{prefix}_{k}", getattr(self, f"{prefix}_{k}")) for k in ("min", "max", "init"))
+        top = "" if ceiling is None else f" <= {ceiling}"
+        if not (floor <= lo < hi and (ceiling is None or hi <= ceiling)):
+            raise EntropyControlConfig.error(f"{prefix}_min", f"{prefix}_min={lo!r}, {prefix}_max={hi!r} are invalid: "
+                                             f"allowed {floor} <= {prefix}_min < {prefix}_max{top}")  # fmt: skip
+        if not lo <= init <= hi:
+            raise EntropyControlConfig.error(f"{prefix}_init", f"{init!r} is invalid: allowed a number in "
+                                             f"[{prefix}_min, {prefix}_max] = [{lo}, {hi}]")  # fmt: skip
 
 
 def _number(key: str, value: Any) -> float:
@@ -130,61 +189,62 @@ def target_at(config: EntropyControlConfig, step: int, total_steps: int | None =
     return float(config.target + (config.target_end - config.target) * progress)  # type: ignore[operator]
 
 
-@dataclass
-class ControllerState:
-    """What a checkpoint keeps: the integral, the last ratio and step (for the metrics and the resume check)."""
-
-    integral: float = 0.0
-    ratio: float | None = None
-    step: int = 0
-
-
 class EntropyController:
-    """The PI law of the module docstring; one instance per trainer, ``update`` once per training step."""
+    """Controller + actuator + schedule for one trainer; ``update`` once per training step."""
 
-    def __init__(self, config: EntropyControlConfig, ratio_init: float, total_steps: int | None = None):
-        if not config.ratio_min <= ratio_init <= config.ratio_max:
-            raise EntropyControlConfig.error("ratio_init", f"the loss's ratio {ratio_init!r} is outside [ratio_min, ratio_max] "
-                                      f"= [{config.ratio_min}, {config.ratio_max}]: set verl_ext.entropy_control."
-                                      "ratio_init or widen the bounds")  # fmt: skip
+    def __init__(self, config: EntropyControlConfig, ratio_init: float | None = None, total_steps: int | None = None):
+        """``ratio_init``: the ``cov_ratio`` actuator's value at zero error when ``config.ratio_init`` is null (the
+        loss's configured ``clip_cov_ratio`` / ``kl_cov_ratio``)."""
         self.config = config
-        self.ratio_init = float(ratio_init)
         self.total_steps = total_steps
-        self.state = ControllerState()
+        self.actuator: Actuator = actuator_from_config(config, ratio_init)
+        if config.actuator == "cov_ratio" and not config.ratio_min <= self.actuator.init <= config.ratio_max:
+            raise EntropyControlConfig.error("ratio_init", f"the loss's ratio {self.actuator.init!r} is outside [ratio_min, "
+                                      f"ratio_max] = [{config.ratio_min}, {config.ratio_max}]: set verl_ext.entropy_control."
+                                      "ratio_init or widen the bounds")  # fmt: skip
+        self.controller: Controller = make_controller(config.controller, config)
+
+    @property
+    def state(self):
+        return self.controller.state
 
     def update(self, step: int, entropy: float) -> tuple[float, dict[str, float]]:
-        """The ratio for step ``step`` given the batch's measured per-token ``entropy``, and the step's metrics."""
-        cfg = self.config
-        target = target_at(cfg, step, self.total_steps)
-        error = math.log(target) - math.log(max(float(entropy), 1e-12))
-        lo, hi = math.log(cfg.ratio_min), math.log(cfg.ratio_max)
-        unclamped = math.log(self.ratio_init) + cfg.kp * error + cfg.ki * (self.state.integral + error)
-        log_ratio = min(max(unclamped, lo), hi)
-        saturated = log_ratio != unclamped
-        winding_up = (unclamped > hi and error > 0) or (unclamped < lo and error < 0)
-        if not winding_up:
-            self.state.integral += error
-        ratio = math.exp(log_ratio)
-        self.state.ratio, self.state.step = ratio, int(step)
+        """The actuator's value for step ``step`` given the batch's measured per-token ``entropy``, and the step's
+        metrics (``entropy_control/*``)."""
+        target = target_at(self.config, step, self.total_steps)
+        decided = self.controller.step(target, float(entropy), self.actuator)
+        self.controller.state.step = int(step)
         metrics = {
             CONTROL_TARGET: target,
             CONTROL_ENTROPY: float(entropy),
-            CONTROL_RATIO: ratio,
-            CONTROL_ERROR: error,
-            CONTROL_INTEGRAL: self.state.integral,
-            CONTROL_SATURATED: float(saturated),
+            CONTROL_VALUE: decided.value,
+            CONTROL_ACTUATOR_KEYS[self.actuator.name]: decided.value,
+            CONTROL_ERROR: decided.error,
+            CONTROL_INTEGRAL: decided.integral,
+            CONTROL_SATURATED: float(decided.saturated),
         }
-        return ratio, metrics
+        if decided.gate is not None:
+            metrics[CONTROL_GATE] = decided.gate
+        return decided.value, metrics
 
     def state_dict(self) -> dict[str, Any]:
-        return asdict(self.state)
+        return {**state_dict(self.controller), "actuator": self.actuator.name}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.state = ControllerState(**state)
+        """Restore a saved state; a state saved by another controller or actuator is an error naming both."""
+        state = dict(state)
+        if "ratio" in state:  # saved by verl_ext before the controller / actuator split: pi on cov_ratio
+            state = {"controller": "pi", "actuator": "cov_ratio", "value": state.pop("ratio"), **state}
+        saved = (state.pop("controller", None), state.pop("actuator", None))
+        mine = (self.controller.name, self.actuator.name)
+        if saved != mine:
+            raise EntropyControlConfig.error("controller", f"the checkpoint's autopilot state is controller={saved[0]}, "
+                                             f"actuator={saved[1]}; this run is controller={mine[0]}, actuator={mine[1]}: "
+                                             "resume with the same pair, or start a fresh run")  # fmt: skip
+        self.controller.state = type(self.controller.state)(**state)
 
 
 __all__ = [
-    "ControllerState",
     "EntropyControlConfig",
     "EntropyController",
     "SCHEDULES",

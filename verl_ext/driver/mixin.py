@@ -3,8 +3,8 @@
 One :class:`VerlExtDriver` per trainer (both the V1 and the legacy trainer hold one). Each step:
 
 1. after the old-log-prob pass, :meth:`observe_entropy` records the batch's mean per-token entropy;
-2. before the batch-scope selection, :meth:`selection_ratio` returns the autopilot's ratio for the step (``None``
-   without the autopilot: the loss's configured ratio applies) and adds ``entropy_control/*`` to the metrics;
+2. before the update, :meth:`control_value` returns the autopilot's actuator value for the step (``None`` without
+   the autopilot) and adds ``entropy_control/*`` to the metrics;
 3. after it, :meth:`write_lens` writes the selected tokens when the lens is due.
 
 :meth:`save` / :meth:`load` keep the autopilot's state in ``global_step_<N>/verl_ext_driver.json`` next to
@@ -59,9 +59,11 @@ class VerlExtDriver:
         control = EntropyControlConfig.from_mapping(_node(config, "verl_ext.entropy_control"))
         self.controller: EntropyController | None = None
         if control.enable:
-            (configured,) = policy_loss_params(actor, RATIO_KEYS[loss_mode_of(actor)])
+            configured = None
+            if control.actuator == "cov_ratio" and loss_mode_of(actor) in RATIO_KEYS:
+                (configured,) = policy_loss_params(actor, RATIO_KEYS[loss_mode_of(actor)])
             total = config_value(config.trainer, "total_training_steps")
-            self.controller = EntropyController(control, control.ratio_init or configured, total_steps=total)
+            self.controller = EntropyController(control, configured, total_steps=total)
         lens = TokenLensConfig.from_mapping(_node(config, "verl_ext.token_lens"))
         self.lens: TokenLens | None = None
         if lens.enable:
@@ -75,17 +77,17 @@ class VerlExtDriver:
         """The old-log-prob pass's per-token entropy of this step's batch (padded tensors)."""
         self.entropy = float(masked_mean(entropy.detach().to(torch.float64), response_mask.bool()))  # per token
 
-    def selection_ratio(self, global_step: int, metrics: dict) -> float | None:
-        """The autopilot's ratio for ``global_step`` (``None`` without autopilot); adds its metrics."""
+    def control_value(self, global_step: int, metrics: dict) -> float | None:
+        """The autopilot's actuator value for ``global_step`` (``None`` without autopilot); adds its metrics."""
         if self.controller is None:
             return None
         if self.entropy is None:
             raise RuntimeError("verl_ext entropy autopilot: no entropy observed for this step's batch (the "
                                "old-log-prob pass must run; rollout_correction.bypass_mode skips it)")  # fmt: skip
-        ratio, control_metrics = self.controller.update(global_step, self.entropy)
+        value, control_metrics = self.controller.update(global_step, self.entropy)
         metrics.update(control_metrics)
         self.entropy = None
-        return ratio
+        return value
 
     def write_lens(self, global_step: int, batch: Mapping[str, torch.Tensor], selected: torch.Tensor) -> int:
         """Write the selected tokens of a padded batch (``responses``, ``advantages``, ``old_log_probs``,

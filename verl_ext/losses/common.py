@@ -38,6 +38,22 @@ def ppo_terms(
     )
 
 
+def dual_clip_losses(
+    terms: PPOTerms, advantages: torch.Tensor, c: float, mask: torch.Tensor, metrics: dict[str, torch.Tensor]
+) -> torch.Tensor:
+    """The DAPO / dual-clip PPO loss per token (verl's ``vanilla``), without host syncs::
+
+        L^clip_i = max(-A_i r_i, -A_i clip(r_i, 1-eps_low, 1+eps_high))
+        L_i      = min(L^clip_i, -A_i c)  if A_i < 0  else  L^clip_i
+
+    Adds ``actor/pg_clipfrac_lower`` (share of valid tokens where the dual clip binds) to ``metrics``."""
+    clip_loss = torch.maximum(terms.unclipped, terms.clipped)
+    dual_bound = -advantages * c
+    negative = advantages < 0
+    metrics["actor/pg_clipfrac_lower"] = metric_frac(negative & (clip_loss.detach() > dual_bound), mask)
+    return torch.where(negative, torch.minimum(clip_loss, dual_bound), clip_loss)
+
+
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean of ``x`` over ``mask`` as a 0-d tensor; 0 (not NaN) when the mask is empty."""
     return torch.where(mask, x, 0.0).sum() / mask.sum().clamp(min=1).to(x.dtype)

@@ -18,7 +18,7 @@ from typing import Any, Optional
 import torch
 
 from verl_ext.config import clip_ratios, dual_clip_c
-from verl_ext.losses.common import aggregate, apply_rollout_weights, base_metrics, metric_frac, ppo_terms
+from verl_ext.losses.common import aggregate, apply_rollout_weights, base_metrics, dual_clip_losses, ppo_terms
 from verl_ext.losses.erc import entropy_ratio_mask, require_entropies
 
 
@@ -41,12 +41,7 @@ def compute_policy_loss_grpo_erc(
     terms = ppo_terms(log_prob, old_log_prob, advantages, eps_low, eps_high)
     metrics = base_metrics(terms, mask)
 
-    clip_loss = torch.maximum(terms.unclipped, terms.clipped)
-    dual_bound = -advantages * c
-    negative = advantages < 0
-    metrics["actor/pg_clipfrac_lower"] = metric_frac(negative & (clip_loss.detach() > dual_bound), mask)
-    pg_losses = torch.where(negative, torch.minimum(clip_loss, dual_bound), clip_loss)
-    pg_losses = apply_rollout_weights(pg_losses, rollout_is_weights)
+    pg_losses = apply_rollout_weights(dual_clip_losses(terms, advantages, c, mask, metrics), rollout_is_weights)
 
     pg_losses, erc_metrics = entropy_ratio_mask(pg_losses, entropy, old_entropy, mask, config)
     metrics.update(erc_metrics)

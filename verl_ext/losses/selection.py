@@ -105,22 +105,26 @@ def token_covariance(advantages: torch.Tensor, log_prob: torch.Tensor, mask: tor
     return torch.where(mask, cov, 0.0)
 
 
-def token_budget(ratio: float, mask: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """``k = max(1, floor(ratio * N))`` as a 0-d int64 tensor (``N`` valid tokens, data-dependent), and its
-    static upper bound ``max(1, floor(ratio * mask.numel()))`` as a Python int (known from the shape)."""
+def token_budget(ratio: float, mask: torch.Tensor, ceil: bool = False) -> tuple[torch.Tensor, int]:
+    """``k = max(1, floor(ratio * N))`` (``ceil(...)`` with ``ceil=True``) as a 0-d int64 tensor (``N`` valid tokens,
+    data-dependent), and its static upper bound for ``N = mask.numel()`` as a Python int (known from the shape)."""
     n = mask.sum().to(torch.float64)
-    k = torch.floor(n * ratio).to(torch.int64).clamp(min=1)
-    return k, max(1, math.floor(ratio * mask.numel()))
+    rounded = torch.ceil(n * ratio) if ceil else torch.floor(n * ratio)
+    bound = math.ceil(ratio * mask.numel()) if ceil else math.floor(ratio * mask.numel())
+    return rounded.to(torch.int64).clamp(min=1), min(max(1, bound), mask.numel())
 
 
-def rank_select(priority: torch.Tensor, eligible: torch.Tensor, ratio: float, mask: torch.Tensor, sentinel) -> torch.Tensor:
-    """The (at most) ``max(1, floor(ratio * N))`` eligible elements with the smallest ``priority``.
+def rank_select(
+    priority: torch.Tensor, eligible: torch.Tensor, ratio: float, mask: torch.Tensor, sentinel, ceil: bool = False
+) -> torch.Tensor:
+    """The (at most) ``max(1, floor(ratio * N))`` (``ceil`` with ``ceil=True``) eligible elements with the smallest
+    ``priority``.
 
     ``sentinel`` must exceed every eligible priority. ``topk`` runs with the static bound ``k_max`` of the
     budget (a shape-derived int), and the first ``k`` of those (``k`` a device tensor) are kept: exact, no
     host sync, static shapes, and much cheaper than a full sort for the small ratios in use.
     """
-    k, k_max = token_budget(ratio, mask)
+    k, k_max = token_budget(ratio, mask, ceil)
     flat = torch.where(eligible, priority, sentinel).reshape(-1)
     idx = torch.topk(flat, k_max, largest=False, sorted=True).indices
     take = torch.arange(k_max, device=flat.device) < k

@@ -4,8 +4,10 @@ KL clipping. Installed on the actor with verl's ``set_loss_fn`` by
 
 Per micro-batch, as verl's ``verl.workers.utils.losses.ppo_loss``::
 
-    L = L_pg(log_prob, old_log_prob, A [, entropy, old_entropy | cov_selected])
+    L = L_pg(log_prob, old_log_prob, A [, entropy, old_entropy | cov_selected | high_entropy_weight])
         - entropy_coeff * agg(H)                           (when the engine computed H)
+        - agg(c_t * H)                                     (the autopilot's entropy_coef actuator: batch field)
+        + alpha_t * agg_{pi > 0.95}(-r |A|)                 (the autopilot's pos_weight actuator, EntroPIC)
         + kl_loss_coef * agg(KL)  or  agg(clip(KL))        (use_kl_loss; clip per kl_clip_method)
 
 with ``agg`` verl's ``agg_loss`` over the actor's ``loss_agg_mode`` and global batch info (so sums over
@@ -18,6 +20,11 @@ What verl_ext adds:
   and the batch field ``old_entropy`` (the old-log-prob pass's entropy, kept by verl_ext's trainer hooks).
 * ``cov_selected`` for ``clip_cov`` / ``kl_cov`` with ``cov_scope=batch``: the tokens chosen over the whole
   training batch (batch field set by the trainer hooks); ``cov_scope=micro`` selects per micro-batch.
+* ``high_entropy_weight`` for ``high_entropy`` in batch scope, ``entropy`` for ``entropy_adv`` and micro-scope
+  ``high_entropy``.
+* the entropy autopilot's loss-side actuators: the step's coefficient on verl's entropy term (batch field
+  ``entropy_coef``; verl's own ``entropy_coeff`` is then 0) and EntroPIC's term (batch field ``pos_weight``,
+  :mod:`verl_ext.losses.entropic`).
 * KL clipping (:mod:`verl_ext.losses.kl_clip`) with metrics ``actor/kl_clip/{raw_kl,clipped_kl,frac_above}``.
 
 Why not a wrapper around verl's ``ppo_loss``: that function looks up the policy loss and calls it with a
@@ -38,12 +45,16 @@ from verl.utils.metric import AggregationType, Metric
 from verl.workers.utils.padding import no_padding_2_padding
 
 from verl_ext.config import loss_mode_of
-from verl_ext.losses import TOKEN_MEAN_METRICS
+from verl_ext.contract import ENTROPY_COEF, HIGH_ENTROPY_WEIGHT, POS_WEIGHT
+from verl_ext.losses import CURRENT_ENTROPY_LOSSES, TOKEN_MEAN_METRICS
+from verl_ext.losses.entropic import entropic_term
 from verl_ext.losses.kl_clip import clipped_kl_matrix
-from verl_ext.trainer.hooks import COV_SELECTED, OLD_ENTROPY, needs_batch_selection, needs_old_entropy
+from verl_ext.trainer.hooks import (COV_SELECTED, OLD_ENTROPY, needs_batch_selection, needs_entropy_selection,
+                                   needs_old_entropy)
 
 BASE_FIELDS = ("response_mask", "old_log_probs", "advantages")
-OPTIONAL_FIELDS = ("rollout_is_weights", "ref_log_prob", OLD_ENTROPY, COV_SELECTED)
+OPTIONAL_FIELDS = ("rollout_is_weights", "ref_log_prob", OLD_ENTROPY, COV_SELECTED, HIGH_ENTROPY_WEIGHT,
+                   ENTROPY_COEF, POS_WEIGHT)  # fmt: skip
 
 
 def _set_global_batch_info(config: Any, data: TensorDict) -> AggregationType:
@@ -103,6 +114,18 @@ def policy_loss_extras(config: Any, batch: TensorDict, entropy: torch.Tensor | N
                 "verl_ext.losses.selection.select_tokens_for_batch or set policy_loss.cov_scope=micro"
             )
         extras["cov_selected"] = batch[COV_SELECTED].bool()
+    elif needs_entropy_selection(config):
+        if HIGH_ENTROPY_WEIGHT not in batch.keys():
+            raise ValueError(
+                "verl_ext: actor_rollout_ref.actor.policy_loss.loss_mode=high_entropy with high_entropy_scope=batch "
+                f"needs the batch field '{HIGH_ENTROPY_WEIGHT}', which verl_ext's trainer (python -m verl_ext.main_ppo) "
+                "adds before each actor update; with another driver, add it with verl_ext.losses.high_entropy."
+                "high_entropy_weights or set policy_loss.high_entropy_scope=micro"
+            )
+        extras["high_entropy_weight"] = batch[HIGH_ENTROPY_WEIGHT]
+    elif loss_mode_of(config) in CURRENT_ENTROPY_LOSSES or loss_mode_of(config) == "high_entropy":
+        if entropy is not None:
+            extras["entropy"] = entropy
     return extras
 
 
@@ -157,6 +180,21 @@ def ppo_loss(config: Any, model_output: Any, data: TensorDict, dp_group: Any = N
         )
         policy_loss = policy_loss - config.entropy_coeff * entropy_loss
         metrics["actor/entropy_loss"] = Metric(value=entropy_loss, aggregation=aggregation)
+        if ENTROPY_COEF in batch.keys():  # the autopilot's coefficient (actor entropy_coeff is 0: checked at config time)
+            weighted = agg_loss(loss_mat=entropy * batch[ENTROPY_COEF].to(entropy.dtype), loss_mask=response_mask,
+                                loss_agg_mode=config.loss_agg_mode, **config.global_batch_info)  # fmt: skip
+            policy_loss = policy_loss - weighted
+            metrics["actor/entropy_control/entropy_term"] = Metric(value=weighted.detach(), aggregation=aggregation)
+    elif ENTROPY_COEF in batch.keys():
+        raise ValueError("verl_ext: the batch carries the autopilot's entropy coefficient but the update forward "
+                         "computed no entropy (verl_ext's actor worker turns it on for this field)")  # fmt: skip
+
+    if POS_WEIGHT in batch.keys():
+        term, entropic_metrics = entropic_term(log_prob, batch["old_log_probs"], batch["advantages"], response_mask,
+                                               batch[POS_WEIGHT], config.loss_agg_mode, config)  # fmt: skip
+        policy_loss = policy_loss + term
+        metrics.update(policy_metrics(entropic_metrics, response_mask, data))
+        metrics["actor/entropic/term"] = Metric(value=term.detach(), aggregation=aggregation)
 
     if config.use_kl_loss:
         if "ref_log_prob" not in batch.keys():

@@ -43,8 +43,9 @@ from verl.utils import tensordict_utils as tu
 from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 from verl.workers.utils.losses import ppo_loss as verl_ppo_loss
 
-from verl_ext.config import config_value, loss_mode_of
-from verl_ext.losses import ERC_LOSSES
+from verl_ext.config import config_value, loss_mode_of, policy_loss_params
+from verl_ext.contract import ENTROPY_COEF
+from verl_ext.losses import CURRENT_ENTROPY_LOSSES, ERC_LOSSES
 
 logger = logging.getLogger(__name__)
 
@@ -62,9 +63,21 @@ class EntropyPlan:
     """Compute that entropy under ``torch.no_grad()`` (ERC with ``entropy_coeff == 0``)."""
 
 
-def entropy_plan(actor_config: Any) -> EntropyPlan:
-    """The :class:`EntropyPlan` for an actor config (verl ``ActorConfig``, a subclass, or a mapping)."""
-    if actor_config is None or loss_mode_of(actor_config) not in ERC_LOSSES:
+def needs_current_entropy(actor_config: Any) -> bool:
+    """Whether the configured loss reads the update forward's entropy: ERC, ``entropy_adv``, micro-scope
+    ``high_entropy``."""
+    mode = loss_mode_of(actor_config)
+    if mode == "high_entropy":
+        return policy_loss_params(actor_config, "high_entropy_scope") == ("micro",)
+    return mode in ERC_LOSSES or mode in CURRENT_ENTROPY_LOSSES
+
+
+def entropy_plan(actor_config: Any, fields: Any = ()) -> EntropyPlan:
+    """The :class:`EntropyPlan` for an actor config (verl ``ActorConfig``, a subclass, or a mapping) and a batch
+    with ``fields``: the autopilot's ``entropy_coef`` field needs the entropy with its graph."""
+    if ENTROPY_COEF in fields:
+        return EntropyPlan(calculate=True, no_grad=False)
+    if actor_config is None or not needs_current_entropy(actor_config):
         return EntropyPlan(calculate=False, no_grad=False)
     entropy_coeff = float(config_value(actor_config, "entropy_coeff", 0.0) or 0.0)
     return EntropyPlan(calculate=True, no_grad=entropy_coeff == 0.0)
@@ -145,7 +158,7 @@ class EntropyAwareTrainingWorker(TrainingWorker):
 
     @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="train"), blocking=False)
     def train_batch(self, data: TensorDict) -> TensorDict:
-        plan = entropy_plan(actor_config_of(self.loss_fn))
+        plan = entropy_plan(actor_config_of(self.loss_fn), data.keys())
         if plan.calculate:
             tu.assign_non_tensor(data, calculate_entropy=True)
         hook = self._no_grad_hook(data) if plan.no_grad else None

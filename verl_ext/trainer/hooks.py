@@ -1,6 +1,6 @@
 """Driver-side batch hooks shared by verl_ext's V1 and legacy trainers (pure functions, no Ray).
 
-Two batch fields reach the actor loss (``verl_ext.trainer.actor_loss.ppo_loss``) through the training batch, so
+Batch fields reach the actor loss (``verl_ext.trainer.actor_loss.ppo_loss``) through the training batch, so
 that verl splits them into mini- and micro-batches together with every other field:
 
 * ``old_entropy`` (ERC losses ``grpo_erc`` / ``gppo_erc``): the per-token entropy of the old policy.
@@ -10,6 +10,12 @@ that verl splits them into mini- and micro-batches together with every other fie
 * ``cov_selected`` (``clip_cov`` / ``kl_cov`` with ``policy_loss.cov_scope=batch``): the tokens chosen
   by :func:`verl_ext.losses.selection.select_tokens_for_batch` over the whole training batch, right before the
   actor update, from the advantages and the old log-probs already in the batch. No extra forward pass.
+* ``high_entropy_weight`` (``high_entropy`` with ``policy_loss.high_entropy_scope=batch``): the top-rho tokens of the
+  whole batch by the old pass's entropy, as weights (:func:`verl_ext.losses.high_entropy.high_entropy_weights`).
+* ``entropy_coef`` / ``pos_weight`` (the entropy autopilot's ``entropy_coef`` / ``pos_weight`` actuators): the step's
+  value on every token, read by the actor loss.
+
+:func:`update_fields` computes all of them (and runs the autopilot) right before the update, for both trainers.
 
 The legacy trainer holds padded ``(batch, response_len)`` tensors in a ``DataProto``; the V1 trainer
 holds jagged (nested) per-response tensors in the TransferQueue store. Both forms are handled here.
@@ -25,9 +31,11 @@ import torch
 from tensordict import TensorDict
 from verl.workers.utils.padding import response_to_nested
 
-from verl_ext.config import config_value, loss_mode_of
+from verl_ext.config import config_value, loss_mode_of, policy_loss_params
+from verl_ext.contract import COV_SELECTED, ENTROPY_COEF, HIGH_ENTROPY_WEIGHT, OLD_ENTROPY, POS_WEIGHT
+from verl_ext.driver.mixin import VerlExtDriver
 from verl_ext.losses import COV_LOSSES, ERC_LOSSES
-from verl_ext.contract import COV_SELECTED, OLD_ENTROPY
+from verl_ext.losses.high_entropy import high_entropy_weights
 from verl_ext.losses.selection import select_tokens_for_batch
 
 
@@ -41,9 +49,31 @@ SELECTION_INPUTS = ("advantages", "old_log_probs", "response_mask", "responses")
 """Batch fields :func:`select_cov_tokens` reads (the response token ids key Clip-Cov's random draw)."""
 
 
+ACTUATOR_FIELDS = {"entropy_coef": ENTROPY_COEF, "pos_weight": POS_WEIGHT}
+"""The batch field that carries each loss-side actuator's value to the actor loss."""
+
+
 def needs_old_entropy(actor_config: Any) -> bool:
     """True for the ERC losses, which mask by ``H / H_old`` and so need ``old_entropy``."""
     return loss_mode_of(actor_config) in ERC_LOSSES
+
+
+def needs_entropy_selection(actor_config: Any) -> bool:
+    """True for ``high_entropy`` with ``policy_loss.high_entropy_scope == "batch"`` (the default)."""
+    if loss_mode_of(actor_config) != "high_entropy":
+        return False
+    (scope,) = policy_loss_params(actor_config, "high_entropy_scope")
+    return scope == "batch"
+
+
+def needs_update_fields(actor_config: Any, driver: VerlExtDriver) -> bool:
+    """Whether :func:`update_fields` has anything to add before this trainer's actor updates."""
+    return needs_batch_selection(actor_config) or needs_entropy_selection(actor_config) or driver.controller is not None
+
+
+def needs_driver_entropy(actor_config: Any, driver: VerlExtDriver) -> bool:
+    """Whether the driver reads the old pass's entropy before the update (autopilot, batch-scope ``high_entropy``)."""
+    return driver.controller is not None or needs_entropy_selection(actor_config)
 
 
 def needs_batch_selection(actor_config: Any) -> bool:
@@ -119,57 +149,71 @@ SELECTION_TIMER = "timing_s/verl_ext/cov_selection"
 """Metric: seconds the driver spent on the batch-scope selection of the step."""
 
 
-def add_cov_selected(
-    batch: TensorDict | Mapping, actor_config: Any, step: int, metrics: dict | None = None, ratio: float | None = None
-) -> torch.Tensor:
-    """Legacy trainer: add ``cov_selected`` to a padded batch (``DataProto.batch``) in place; returns it."""
-    missing = [k for k in SELECTION_INPUTS if k not in batch.keys()]
-    if missing:
-        raise KeyError(f"verl_ext: batch-scope covariance selection needs batch fields {missing}")
-    start = time.perf_counter()
-    batch[COV_SELECTED] = select_cov_tokens(
-        batch["advantages"], batch["old_log_probs"], batch["response_mask"], actor_config, step, metrics, ratio,
-        batch["responses"],
-    )
-    if metrics is not None:
+def update_fields(
+    padded: TensorDict | Mapping,
+    actor_config: Any,
+    driver: VerlExtDriver,
+    global_steps: int,
+    step: int,
+    metrics: dict,
+    entropy: torch.Tensor | None = None,
+) -> dict[str, torch.Tensor]:
+    """Every field verl_ext adds to a padded training batch right before the actor update, by name.
+
+    Runs the entropy autopilot for ``global_steps`` (its entropy already observed), then: the batch-scope covariance
+    selection (with the autopilot's ratio when its actuator is ``cov_ratio``; the token lens writes it), the
+    batch-scope ``high_entropy`` weights from ``entropy`` (the old pass's), and the loss-side actuator's value on
+    every token. ``step`` keys Clip-Cov's draw (:func:`selection_step`); metrics go to ``metrics``."""
+    fields: dict[str, torch.Tensor] = {}
+    value = driver.control_value(global_steps, metrics)
+    actuator = driver.controller.actuator.name if driver.controller is not None else None
+    mask = padded["response_mask"]
+    if needs_batch_selection(actor_config):
+        missing = [k for k in SELECTION_INPUTS if k not in padded.keys()]
+        if missing:
+            raise KeyError(f"verl_ext: batch-scope covariance selection needs batch fields {missing}")
+        start = time.perf_counter()
+        fields[COV_SELECTED] = select_cov_tokens(
+            padded["advantages"], padded["old_log_probs"], mask, actor_config, step, metrics,
+            value if actuator == "cov_ratio" else None, padded["responses"],
+        )  # fmt: skip
         metrics[SELECTION_TIMER] = time.perf_counter() - start
-    return batch[COV_SELECTED]
+        driver.write_lens(global_steps, padded, fields[COV_SELECTED])
+    if needs_entropy_selection(actor_config):
+        if entropy is None:
+            raise KeyError("verl_ext: batch-scope high_entropy needs the old-log-prob pass's entropy, which this batch "
+                           "lacks (rollout_correction.bypass_mode skips that pass)")  # fmt: skip
+        (ratio,) = policy_loss_params(actor_config, "high_entropy_ratio")
+        weights, stats = high_entropy_weights(entropy, mask, ratio, padded["responses"])
+        fields[HIGH_ENTROPY_WEIGHT] = weights
+        metrics.update({f"actor/high_entropy/batch_{k}": v for k, v in stats.items()})
+    if actuator in ACTUATOR_FIELDS:
+        fields[ACTUATOR_FIELDS[actuator]] = torch.full(mask.shape, float(value), dtype=torch.float32)
+    return fields
 
 
-def cov_selected_nested(
-    data: TensorDict, actor_config: Any, step: int, metrics: dict | None = None, ratio: float | None = None
-) -> tuple[TensorDict, TensorDict]:
-    """V1 trainer: from a TransferQueue ``TensorDict`` holding the jagged ``SELECTION_INPUTS`` (and any other
-    fields), return a ``TensorDict`` with the jagged bool field ``cov_selected`` (same layout as
-    ``old_log_probs``), and the padded inputs with the padded ``cov_selected`` (for the token lens)."""
-    missing = [k for k in SELECTION_INPUTS if k not in data.keys()]
-    if missing:
-        raise KeyError(f"verl_ext: batch-scope covariance selection needs batch fields {missing}")
-    start = time.perf_counter()
-    response_mask = data["response_mask"]
-    padded = data.to_padded_tensor()
-    selected = select_cov_tokens(
-        padded["advantages"], padded["old_log_probs"], padded["response_mask"], actor_config, step, metrics, ratio,
-        padded["responses"],
-    )
-    padded[COV_SELECTED] = selected
+def nested_fields(fields: Mapping[str, torch.Tensor], response_mask: torch.Tensor, batch_size: Any) -> TensorDict:
+    """V1 trainer: padded ``(batch, response_len)`` fields in the jagged layout of ``response_mask`` (as
+    ``old_log_probs``), as a ``TensorDict`` for the TransferQueue store."""
     if response_mask.is_nested:
-        selected = response_to_nested(selected, response_mask)
-    if metrics is not None:
-        metrics[SELECTION_TIMER] = time.perf_counter() - start
-    return TensorDict({COV_SELECTED: selected}, batch_size=data.batch_size), padded
+        fields = {name: response_to_nested(t, response_mask) for name, t in fields.items()}
+    return TensorDict(dict(fields), batch_size=batch_size)
 
 
 __all__ = [
+    "ACTUATOR_FIELDS",
     "COV_SELECTED",
     "OLD_ENTROPY",
     "SELECTION_INPUTS",
     "SELECTION_TIMER",
-    "add_cov_selected",
-    "cov_selected_nested",
     "keep_old_entropy",
     "needs_batch_selection",
+    "needs_driver_entropy",
+    "needs_entropy_selection",
     "needs_old_entropy",
+    "needs_update_fields",
+    "nested_fields",
+    "update_fields",
     "select_cov_tokens",
     "selection_step",
 ]

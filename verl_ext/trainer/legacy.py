@@ -5,8 +5,9 @@
 
 * ``_compute_old_log_prob``: the old-log-prob pass already returns the entropy as ``entropys`` (which
   ``fit()`` pops after logging it); for ERC losses it is also kept as batch field ``old_entropy``.
-* ``_update_actor``: for ``clip_cov`` / ``kl_cov`` with ``cov_scope=batch`` the covariance selection is
-  computed over the whole training batch and sent with it as field ``cov_selected``.
+* ``_update_actor``: the fields verl_ext adds before the update (:func:`~verl_ext.trainer.hooks.update_fields`:
+  ``cov_selected``, ``high_entropy_weight``, the autopilot's ``entropy_coef`` / ``pos_weight``) are computed over
+  the whole training batch and sent with it.
 
 * ``_save_checkpoint`` / ``_load_checkpoint``: the entropy autopilot's state goes with verl's checkpoint.
 
@@ -30,11 +31,13 @@ from verl_ext.registration import ensure_registered
 from verl_ext.driver.mixin import VerlExtDriverMixin
 from verl_ext.trainer.hooks import (
     LEGACY_ENTROPY,
-    add_cov_selected,
+    OLD_ENTROPY,
     keep_old_entropy,
-    needs_batch_selection,
+    needs_entropy_selection,
     needs_old_entropy,
+    needs_update_fields,
     selection_step,
+    update_fields,
 )
 from verl_ext.driver.run_log import continuing_file_log
 from verl_ext.trainer.workers import unwrap_ray_class, use_verl_ext_actor_worker
@@ -46,7 +49,8 @@ class VerlExtRayPPOTrainer(VerlExtDriverMixin, RayPPOTrainer):
 
     def _compute_old_log_prob(self, batch):
         old_log_prob, mfu = super()._compute_old_log_prob(batch)
-        if needs_old_entropy(self.config.actor_rollout_ref.actor):
+        actor_config = self.config.actor_rollout_ref.actor
+        if needs_old_entropy(actor_config) or needs_entropy_selection(actor_config):
             keep_old_entropy(old_log_prob.batch, LEGACY_ENTROPY)
         if self.verl_ext_driver.controller is not None:
             self.verl_ext_driver.observe_entropy(old_log_prob.batch[LEGACY_ENTROPY], batch.batch["response_mask"])
@@ -55,13 +59,15 @@ class VerlExtRayPPOTrainer(VerlExtDriverMixin, RayPPOTrainer):
     def _update_actor(self, batch):
         actor_config = self.config.actor_rollout_ref.actor
         extra_metrics: dict[str, float] = {}
-        if needs_batch_selection(actor_config):
+        driver = self.verl_ext_driver
+        if needs_update_fields(actor_config, driver):
             # a shallow copy: the step's own batch (logged and dumped by fit()) is left as it was
             batch = dataclasses.replace(batch, batch=batch.batch.copy())
-            driver = self.verl_ext_driver
-            ratio = driver.selection_ratio(self.global_steps, extra_metrics)
-            selected = add_cov_selected(batch.batch, actor_config, selection_step(self.global_steps), extra_metrics, ratio)
-            driver.write_lens(self.global_steps, batch.batch, selected)
+            entropy = batch.batch[OLD_ENTROPY] if OLD_ENTROPY in batch.batch.keys() else None
+            fields = update_fields(batch.batch, actor_config, driver, self.global_steps,
+                                   selection_step(self.global_steps), extra_metrics, entropy)  # fmt: skip
+            for name, tensor in fields.items():
+                batch.batch[name] = tensor
         output = super()._update_actor(batch)
         output.meta_info["metrics"].update(extra_metrics)
         return output

@@ -5,9 +5,10 @@
 * ``_init_resource_pool_mgr``: the actor role runs verl_ext's worker (:mod:`verl_ext.trainer.workers`).
 * ``_compute_old_log_prob``: verl stores the old pass's entropy in the TransferQueue store as field
   ``entropy``; for ERC losses it is also stored as ``old_entropy``, the field the loss reads.
-* ``_update_actor``: for ``clip_cov`` / ``kl_cov`` with ``cov_scope=batch`` the covariance selection is
-  computed over the whole training batch (with the entropy autopilot's ratio when it is on) and stored as
-  field ``cov_selected``; the token lens writes the selected tokens.
+* ``_update_actor``: the entropy autopilot runs on the old pass's entropy, and the fields verl_ext adds before the
+  update (:func:`~verl_ext.trainer.hooks.update_fields`: ``cov_selected``, ``high_entropy_weight``, the actuator's
+  ``entropy_coef`` / ``pos_weight``) are computed over the whole training batch and stored; the token lens writes
+  the selected tokens.
 * ``_save_checkpoint`` / ``_load_checkpoint``: the autopilot's state goes with verl's checkpoint.
 * ``_step_once`` / ``_add_prompts_to_generate``: with DAPO's dynamic sampling (``algorithm.filter_groups``) in
   ``sync`` mode, the prompts drawn for one training batch are bounded by
@@ -40,15 +41,16 @@ from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 from verl_ext.registration import ensure_registered
 from verl_ext.driver.mixin import VerlExtDriverMixin
 from verl_ext.trainer.hooks import (
-    COV_SELECTED,
     OLD_ENTROPY,
     SELECTION_INPUTS,
     V1_ENTROPY,
-    cov_selected_nested,
     keep_old_entropy,
-    needs_batch_selection,
+    needs_driver_entropy,
     needs_old_entropy,
+    needs_update_fields,
+    nested_fields,
     selection_step,
+    update_fields,
 )
 from verl_ext.driver.run_log import continuing_file_log
 from verl_ext.config import bounded_dynamic_sampling
@@ -115,22 +117,22 @@ class VerlExtV1Mixin(VerlExtDriverMixin):
 
     def _update_actor(self, batch, metrics: dict):
         actor_config = self.config.actor_rollout_ref.actor
-        if needs_batch_selection(actor_config):
-            driver = self.verl_ext_driver
-            wanted = [*SELECTION_INPUTS]
-            if driver.controller is not None:
-                wanted.append(V1_ENTROPY)
+        driver = self.verl_ext_driver
+        if needs_update_fields(actor_config, driver):
+            with_entropy = needs_driver_entropy(actor_config, driver)
+            wanted = [*SELECTION_INPUTS, *([V1_ENTROPY] if with_entropy else [])]
             data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=wanted)
+            padded = data.to_padded_tensor()
+            entropy = padded[V1_ENTROPY] if with_entropy else None
             if driver.controller is not None:
-                padded = data.select(V1_ENTROPY, "response_mask").to_padded_tensor()
-                driver.observe_entropy(padded[V1_ENTROPY], padded["response_mask"])
-            ratio = driver.selection_ratio(self.global_steps, metrics)
+                driver.observe_entropy(entropy, padded["response_mask"])
             step = selection_step(
                 self.global_steps, getattr(self, "local_trigger_step", 0), getattr(self, "parameter_sync_step", 1)
             )
-            fields, padded = cov_selected_nested(data, actor_config, step, metrics, ratio)
-            driver.write_lens(self.global_steps, padded, padded[COV_SELECTED])
-            batch = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=fields)
+            fields = update_fields(padded, actor_config, driver, self.global_steps, step, metrics, entropy)
+            if fields:
+                batch = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
+                                        fields=nested_fields(fields, data["response_mask"], data.batch_size))  # fmt: skip
         return super()._update_actor(batch, metrics)
 
 

@@ -1,0 +1,172 @@
+"""The three controllers on hand-computed trajectories, the (controller, actuator) pairs and their refusals, the
+state's resume checks; then the new actuators and batch-scope ``high_entropy`` wired into the legacy trainer (no
+Ray): the fields the update receives."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from verl_ext.config import ConfigError
+from verl_ext.control.actuators import PAIRS, REFUSED
+from verl_ext.control.autopilot import EntropyControlConfig, EntropyController
+
+
+def trajectory(controller: EntropyController, entropies):
+    return [controller.update(step, h)[1] for step, h in enumerate(entropies, start=1)]
+
+
+def test_skywork_rule_on_a_trajectory_computed_by_hand():
+    """Target 1, delta 0.001, coefficient in [0, 0.003] from 0.002. By hand (u_t = clamp(u_{t-1} +- delta); applied
+    only while H < H*):
+      H 0.5: below -> 0.003, applied 0.003       H 0.6: below -> 0.004 -> 0.003 (clamped), applied 0.003
+      H 1.5: above -> 0.002, applied 0 (gate)    H 2.0: above -> 0.001, applied 0
+      H 3.0: above -> 0.000, applied 0           H 3.0: above -> -0.001 -> 0 (clamped), applied 0
+      H 0.5: below -> 0.001, applied 0.001 (the coefficient leaves 0 again: TRL's review found one stuck there)"""
+    cfg = EntropyControlConfig(enable=True, controller="skywork", actuator="entropy_coef", target=1.0,
+                               skywork_delta=0.001, coef_min=0.0, coef_max=0.003, coef_init=0.002)  # fmt: skip
+    got = trajectory(EntropyController(cfg), [0.5, 0.6, 1.5, 2.0, 3.0, 3.0, 0.5])
+    applied = [0.003, 0.003, 0.0, 0.0, 0.0, 0.0, 0.001]
+    gate = [1, 1, 0, 0, 0, 0, 1]
+    saturated = [0, 1, 0, 0, 0, 1, 0]
+    for step, m in enumerate(got):
+        assert m["entropy_control/value"] == pytest.approx(applied[step], abs=1e-15), step
+        assert m["entropy_control/entropy_coef"] == m["entropy_control/value"]
+        assert m["entropy_control/gate"] == gate[step] and m["entropy_control/saturated"] == saturated[step], step
+        assert m["entropy_control/error"] == pytest.approx(1.0 - [0.5, 0.6, 1.5, 2.0, 3.0, 3.0, 0.5][step])
+
+
+def test_entropic_law_on_a_trajectory_computed_by_hand():
+    """EntroPIC on its own actuator: alpha = clip(kp (H - H*) + ki I_{t-1}, -1, 1), I_t = I_{t-1} + (H* - H) in
+    verl_ext's sign (d = -1, u0 = 0). Target 1, kp 1, ki 0.5:
+      H 1.4: e = -0.4, alpha = -(-0.4 + 0.5 * 0)    =  0.4,  I = -0.4
+      H 1.2: e = -0.2, alpha = -(-0.2 + 0.5 * -0.4) =  0.4,  I = -0.6
+      H 0.5: e =  0.5, alpha = -(0.5 + 0.5 * -0.6)  = -0.2,  I = -0.1
+      H 3.0: e = -2.0, alpha = -(-2 + 0.5 * -0.1)   =  2.05 -> 1 (clamped), I = -2.1 (no anti-windup)
+      H 1.0: e =  0.0, alpha = -(0 + 0.5 * -2.1)    =  1.05 -> 1 (clamped), I = -2.1"""
+    cfg = EntropyControlConfig(enable=True, controller="entropic", actuator="pos_weight", target=1.0, entropic_kp=1.0,
+                               entropic_ki=0.5)  # fmt: skip
+    got = trajectory(EntropyController(cfg), [1.4, 1.2, 0.5, 3.0, 1.0])
+    expected = [(0.4, -0.4, 0), (0.4, -0.6, 0), (-0.2, -0.1, 0), (1.0, -2.1, 1), (1.0, -2.1, 1)]
+    for step, (m, (alpha, integral, saturated)) in enumerate(zip(got, expected)):
+        assert m["entropy_control/pos_weight"] == pytest.approx(alpha, abs=1e-12), step
+        assert m["entropy_control/integral"] == pytest.approx(integral, abs=1e-12), step
+        assert m["entropy_control/saturated"] == saturated, step
+
+
+def test_pi_on_the_entropy_coefficient_raises_it_below_target_and_lowers_it_above():
+    """The log-space law of the cov_ratio tests, on the coefficient: e = log(1 / 0.5) = log 2 with kp 1, ki 0 gives
+    exactly twice the zero-error value; the mirror error halves it."""
+    cfg = EntropyControlConfig(enable=True, controller="pi", actuator="entropy_coef", target=1.0, kp=1.0, ki=0.0,
+                               coef_min=1e-4, coef_max=0.1, coef_init=0.01)  # fmt: skip
+    controller = EntropyController(cfg)
+    assert controller.update(1, 0.5)[0] == pytest.approx(0.02, rel=1e-12)
+    assert controller.update(2, 2.0)[0] == pytest.approx(0.005, rel=1e-12)
+
+
+def test_entropic_drives_the_coefficient_the_other_way_round_from_its_own_actuator():
+    """The same law on entropy_coef (d = +1): entropy below target raises the coefficient from its zero-error value."""
+    cfg = EntropyControlConfig(enable=True, controller="entropic", actuator="entropy_coef", target=1.0,
+                               entropic_kp=0.01, entropic_ki=0.0, coef_init=0.005)  # fmt: skip
+    assert EntropyController(cfg).update(1, 0.5)[0] == pytest.approx(0.005 + 0.01 * 0.5, rel=1e-12)
+
+
+@pytest.mark.parametrize(("controller", "actuator"), sorted(REFUSED))
+def test_refused_pairs_name_the_key_and_say_why(controller, actuator):
+    with pytest.raises(ConfigError) as info:
+        EntropyControlConfig(enable=True, controller=controller, actuator=actuator)
+    assert info.value.key == "verl_ext.entropy_control.actuator"
+    assert REFUSED[(controller, actuator)] in info.value.message
+    assert len(PAIRS) + len(REFUSED) == 9  # every pair is either allowed or refused with a reason
+
+
+@pytest.mark.parametrize(
+    ("values", "key", "words"),
+    [({"controller": "bangbang"}, "controller", "['pi', 'skywork', 'entropic']"),
+     ({"controller": "pi", "actuator": "entropy_coef"}, "coef_min", "log space"),
+     ({"controller": "skywork", "actuator": "entropy_coef", "coef_init": 0.9}, "coef_init", "[coef_min, coef_max]"),
+     ({"controller": "entropic", "actuator": "pos_weight", "weight_max": 2.0}, "weight_min", "<= 1.0"),
+     ({"controller": "skywork", "actuator": "entropy_coef", "skywork_delta": 0}, "skywork_delta", "> 0"),
+     ({"entropic_ki": -1}, "entropic_ki", ">= 0")],
+)  # fmt: skip
+def test_bad_controller_values_name_the_key(values, key, words):
+    with pytest.raises(ConfigError) as info:
+        EntropyControlConfig.from_mapping({"enable": True, **values})
+    assert info.value.key == f"verl_ext.entropy_control.{key}" and words in info.value.message
+
+
+def test_state_resumes_exactly_and_refuses_another_pair():
+    cfg = EntropyControlConfig(enable=True, controller="entropic", actuator="pos_weight", target=1.0)
+    whole, first = EntropyController(cfg), EntropyController(cfg)
+    trajectory(whole, [1.3, 0.7, 1.1, 0.9])
+    trajectory(first, [1.3, 0.7])
+    second = EntropyController(cfg)
+    second.load_state_dict(first.state_dict())
+    second.update(3, 1.1)
+    assert second.update(4, 0.9)[0] == whole.state.value
+    other = EntropyController(EntropyControlConfig(enable=True, controller="skywork", actuator="entropy_coef"))
+    with pytest.raises(ConfigError, match="controller=entropic, actuator=pos_weight"):
+        other.load_state_dict(first.state_dict())
+
+
+def test_a_state_saved_before_the_split_loads_as_pi_on_the_ratio():
+    controller = EntropyController(EntropyControlConfig(enable=True, target=1.0), ratio_init=0.01)
+    controller.load_state_dict({"integral": 0.5, "ratio": 0.02, "step": 7})
+    assert (controller.state.integral, controller.state.value, controller.state.step) == (0.5, 0.02, 7)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# in the legacy trainer (no Ray)
+# ----------------------------------------------------------------------------------------------------------
+
+from _trainer_fakes import RESPONSE_LENS, legacy_batch, legacy_trainer  # noqa: E402
+
+
+def _observe(trainer, batch, value=0.5):
+    trainer.verl_ext_driver.observe_entropy(torch.full(batch.batch["response_mask"].shape, value) *
+                                            batch.batch["response_mask"], batch.batch["response_mask"])  # fmt: skip
+
+
+@pytest.mark.parametrize(("controller", "actuator", "field"),
+                         [("skywork", "entropy_coef", "entropy_coef"), ("entropic", "pos_weight", "pos_weight")])  # fmt: skip
+def test_loss_side_actuators_reach_the_update_as_a_field(compose, controller, actuator, field):
+    trainer = legacy_trainer(compose, "verl_ext.entropy_control.enable=true", f"verl_ext.entropy_control.controller={controller}",
+                             f"verl_ext.entropy_control.actuator={actuator}", "verl_ext.entropy_control.target=2.0")  # fmt: skip
+    batch = legacy_batch()
+    _observe(trainer, batch)
+    metrics = trainer._update_actor(batch).meta_info["metrics"]
+    sent = trainer.actor_rollout_wg.updates[-1][field]
+    value = metrics["entropy_control/value"]
+    # entropy 0.5 below the target 2: skywork raises the coefficient from 0.005; entropic lowers alpha below 0
+    assert value == (pytest.approx(0.006) if controller == "skywork" else pytest.approx(-1.0))
+    assert [float(v) for row in sent.unbind() for v in row] == pytest.approx([value] * sum(RESPONSE_LENS))
+    assert "cov_selected" not in trainer.actor_rollout_wg.updates[-1].keys()
+
+
+def test_entropy_coef_actuator_refuses_a_fixed_entropy_coefficient(compose):
+    from verl_ext.checks.validation import check_driver_features
+
+    with pytest.raises(ConfigError) as info:
+        check_driver_features(compose("trainer.use_v1=false", "verl_ext.entropy_control.enable=true",
+                                      "verl_ext.entropy_control.controller=skywork",
+                                      "verl_ext.entropy_control.actuator=entropy_coef",
+                                      "actor_rollout_ref.actor.entropy_coeff=0.001"))  # fmt: skip
+    assert info.value.key == "actor_rollout_ref.actor.entropy_coeff"
+
+
+def test_batch_scope_high_entropy_sends_its_weights_from_the_old_entropy(compose):
+    trainer = legacy_trainer(compose, "policy_loss@actor_rollout_ref.actor.policy_loss=high_entropy")
+    batch = legacy_batch()
+    mask = batch.batch["response_mask"].bool()
+    batch.batch["old_entropy"] = torch.arange(mask.numel(), dtype=torch.float32).reshape(mask.shape) * mask
+    metrics = trainer._update_actor(batch).meta_info["metrics"]
+    sent = trainer.actor_rollout_wg.updates[-1]["high_entropy_weight"]
+    n = sum(RESPONSE_LENS)
+    k = math.ceil(0.2 * n)
+    weights = torch.cat([row for row in sent.unbind()])
+    assert int((weights > 0).sum()) == k and float(weights.max()) == pytest.approx(n / k)
+    assert metrics["actor/high_entropy/batch_selected_frac"] == pytest.approx(k / n)
+    # the k largest old entropies are the last valid tokens of the last rows (arange): the threshold is the k-th
+    assert metrics["actor/high_entropy/batch_entropy_threshold"] == sorted(batch.batch["old_entropy"][mask].tolist())[-k]

@@ -1,0 +1,159 @@
+"""The three entropy controllers: each turns (target ``H*``, measured ``H``) into an actuator value once per step.
+
+One interface (:class:`Controller`): ``step(target, entropy, actuator) -> ControlStep``, plus a state that a
+checkpoint keeps. The actuator (:class:`~verl_ext.control.actuators.Actuator`) gives the range ``[lo, hi]``, the
+value at zero error ``u0``, the direction ``d`` (+1: a larger value raises entropy; -1: lowers it) and, for
+Skywork's gate, the value that turns it off. Every controller reports its error with one sign convention:
+``e > 0`` means the entropy is below its target.
+
+``pi`` - verl_ext's PI law in log space (the autopilot's since the start)::
+
+    e_t     = log H*_t - log H_t
+    log u_t = clamp(log u0 + d (kp e_t + ki (I_{t-1} + e_t)),  log lo,  log hi)
+    I_t     = I_{t-1} + e_t    unless u_t sits on a bound and e_t pushes further into it (anti-windup)
+
+``skywork`` - Skywork-OR1's adaptive entropy control (arXiv 2505.22312, section 3.2.4; their ``EntController``)::
+
+    u_t     = clamp(u_{t-1} + d * delta * (+1 if H_t < H*_t else -1),  lo,  hi)      (u_0 = the actuator's init)
+    applied = u_t if H_t < H*_t else off                                              (the below-target gate)
+
+``entropic`` - EntroPIC's PI law (arXiv 2511.15248; yk7333/EntroPIC ``dp_actor.py``), in linear space, with the
+integral taken *before* this step's error and no anti-windup (the output is clamped, the integral is not)::
+
+    e_t     = H*_t - H_t
+    u_t     = clamp(u0 + d (kp e_t + ki I_{t-1}),  lo,  hi)
+    I_t     = I_{t-1} + e_t
+
+On EntroPIC's own actuator (``pos_weight``: ``d = -1``, ``u0 = 0``, range [-1, 1]) this is their
+``alpha = clip(Kp (H - H*) + Ki I, -1, 1)``. Their code measures ``H`` per micro-batch in the update and adds each
+micro-batch's share to ``I``; verl_ext measures the training batch's entropy once per step, before the update (no
+host sync in the update, the same value whatever the micro-batching or the GPU count).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar, Protocol
+
+from verl_ext.control.actuators import Actuator
+
+CONTROLLERS = ("pi", "skywork", "entropic")
+
+
+@dataclass(frozen=True)
+class ControlStep:
+    """What a controller decided for one step."""
+
+    value: float
+    """The actuator value applied at the step (after the gate)."""
+    error: float
+    """The controller's error, > 0 when the entropy is below target (log ratio for ``pi``, difference otherwise)."""
+    integral: float
+    """The controller's integral after the step (0 for ``skywork``)."""
+    saturated: bool
+    """Whether the law's output was clamped to a bound of the actuator's range."""
+    gate: float | None = None
+    """``skywork``: 1 while the term applies (entropy below target), else 0; ``None`` for the others."""
+
+
+@dataclass
+class ControllerState:
+    """What a checkpoint keeps of a controller: its integral and last value, and the step (for the resume check)."""
+
+    integral: float = 0.0
+    value: float | None = None
+    step: int = 0
+
+
+class Controller(Protocol):
+    name: ClassVar[str]
+    state: ControllerState
+
+    def step(self, target: float, entropy: float, actuator: Actuator) -> ControlStep: ...
+
+
+def _clamp(x: float, lo: float, hi: float) -> float:
+    return min(max(x, lo), hi)
+
+
+class PIController:
+    """``pi``: proportional-integral law in log space with anti-windup (module docstring)."""
+
+    name: ClassVar[str] = "pi"
+
+    def __init__(self, kp: float, ki: float):
+        self.kp, self.ki = float(kp), float(ki)
+        self.state = ControllerState()
+
+    def step(self, target: float, entropy: float, actuator: Actuator) -> ControlStep:
+        if actuator.lo <= 0:
+            raise ValueError(f"the pi controller works in log space: the {actuator.name} range must be positive")
+        error = math.log(target) - math.log(max(entropy, 1e-12))
+        lo, hi = math.log(actuator.lo), math.log(actuator.hi)
+        push = actuator.direction * error
+        unclamped = math.log(actuator.init) + actuator.direction * (self.kp * error + self.ki * (self.state.integral + error))
+        log_value = _clamp(unclamped, lo, hi)
+        if not ((unclamped > hi and push > 0) or (unclamped < lo and push < 0)):  # anti-windup
+            self.state.integral += error
+        value = math.exp(log_value)
+        self.state.value = value
+        return ControlStep(value, error, self.state.integral, log_value != unclamped)
+
+
+class SkyworkController:
+    """``skywork``: the +-delta rule with clamps and the below-target gate (module docstring)."""
+
+    name: ClassVar[str] = "skywork"
+
+    def __init__(self, delta: float):
+        self.delta = float(delta)
+        self.state = ControllerState()
+
+    def step(self, target: float, entropy: float, actuator: Actuator) -> ControlStep:
+        if actuator.off is None:
+            raise ValueError(f"the skywork controller's gate needs an off value; actuator {actuator.name} has none")
+        previous = actuator.init if self.state.value is None else self.state.value
+        below = entropy < target
+        unclamped = previous + actuator.direction * self.delta * (1.0 if below else -1.0)
+        value = _clamp(unclamped, actuator.lo, actuator.hi)
+        self.state.value = value
+        applied = value if below else actuator.off
+        return ControlStep(applied, target - entropy, 0.0, value != unclamped, gate=float(below))
+
+
+class EntroPICController:
+    """``entropic``: EntroPIC's PI law, linear, integral before the step's error, no anti-windup (module docstring)."""
+
+    name: ClassVar[str] = "entropic"
+
+    def __init__(self, kp: float, ki: float):
+        self.kp, self.ki = float(kp), float(ki)
+        self.state = ControllerState()
+
+    def step(self, target: float, entropy: float, actuator: Actuator) -> ControlStep:
+        error = target - entropy
+        unclamped = actuator.init + actuator.direction * (self.kp * error + self.ki * self.state.integral)
+        value = _clamp(unclamped, actuator.lo, actuator.hi)
+        self.state.integral += error
+        self.state.value = value
+        return ControlStep(value, error, self.state.integral, value != unclamped)
+
+
+def make_controller(name: str, config: Any) -> Controller:
+    """The controller ``name`` with its gains from an :class:`~verl_ext.control.autopilot.EntropyControlConfig`."""
+    if name == "pi":
+        return PIController(config.kp, config.ki)
+    if name == "skywork":
+        return SkyworkController(config.skywork_delta)
+    if name == "entropic":
+        return EntroPICController(config.entropic_kp, config.entropic_ki)
+    raise ValueError(f"unknown controller {name!r}; allowed {list(CONTROLLERS)}")
+
+
+def state_dict(controller: Controller) -> dict[str, Any]:
+    return {"controller": controller.name, **asdict(controller.state)}
+
+
+__all__ = ["CONTROLLERS", "ControlStep", "Controller", "ControllerState", "EntroPICController", "PIController",
+           "SkyworkController", "make_controller", "state_dict"]  # fmt: skip

@@ -1,0 +1,104 @@
+"""``high_entropy``: policy gradient on the high-entropy minority of tokens ("Beyond the 80/20 Rule", Wang et al.,
+arXiv 2506.01939).
+
+The paper keeps the gradient of the fraction ``rho`` (0.2) of response tokens with the highest entropy ``H_i`` and
+drops the others from the loss and from its token-mean denominator. On DAPO's dual-clip loss ``L^dual_i``
+(:func:`~verl_ext.losses.common.dual_clip_losses`)::
+
+    S   = the k = max(1, ceil(rho N)) valid tokens with the largest H_i
+    L   = (1 / |S|) sum_{i in S} w_i L^dual_i                  (w_i: verl's rollout-correction weights, if any)
+
+Implemented as per-token weights ``omega_i = N / |S|`` on ``S`` and 0 elsewhere, aggregated with verl's token-mean
+over all ``N`` tokens, which gives exactly the formula above (and keeps verl's global normalisation over micro-batches
+and ranks).
+
+Two scopes (``policy_loss.high_entropy_scope``):
+
+* ``batch`` (default): ``S`` is ranked over the whole training batch by the old-log-prob pass's entropy, on the driver
+  (:func:`high_entropy_weights`), and reaches every micro-batch as batch field ``high_entropy_weight``: the same
+  tokens whatever the micro-batching or the number of GPUs. The old entropy equals the current one at the first
+  optimiser step of a batch; ranking by the current entropy over a whole batch would need an extra forward pass.
+  Ties are broken by a hash of the token's content (token id, column, row fingerprint), not by its place in the batch.
+* ``micro``: ``S`` is ranked inside each loss call by the update forward's entropy (graph-free), ``N`` and ``|S|``
+  counted in that micro-batch - the paper's code (``get_global_entropy_top_mask`` per micro-batch and rank).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+import torch
+
+from verl_ext.config import clip_ratios, dual_clip_c, policy_loss_params
+from verl_ext.losses.common import aggregate, apply_rollout_weights, base_metrics, dual_clip_losses, metric_frac, ppo_terms
+from verl_ext.losses.selection import rank_select, token_hash
+
+_HOW_TO_ENABLE = (
+    "Train through `python -m verl_ext.main_ppo`, which adds the batch field `high_entropy_weight` (high_entropy_scope="
+    "batch) or computes the current entropy in the update forward (high_entropy_scope=micro); when calling the loss "
+    "directly, pass high_entropy_weight=<high_entropy_weights(...)> or entropy=<current entropy>."
+)
+
+
+def high_entropy_weights(
+    entropy: torch.Tensor, mask: torch.Tensor, ratio: float, key: torch.Tensor | None = None
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Batch scope, on the driver: ``omega_i = N / |S|`` on the ``max(1, ceil(ratio N))`` valid tokens with the largest
+    entropy, 0 elsewhere (float32, shaped like ``entropy``), and the batch's metrics. Equal entropies are ordered by
+    :func:`~verl_ext.losses.selection.token_hash` of ``key`` (the response token ids), so that the choice among them
+    follows the tokens, not the order of the rows."""
+    mask = mask.bool()
+    n = int(mask.sum())
+    weights = torch.zeros(entropy.shape, dtype=torch.float32)
+    if n == 0:
+        return weights, {"selected_frac": 0.0, "entropy_threshold": 0.0}
+    k = max(1, math.ceil(ratio * n))
+    flat_h = torch.where(mask, entropy.detach().to(torch.float64), float("-inf")).reshape(-1)
+    tie = token_hash(0, key if key is not None else entropy, mask).reshape(-1)
+    by_hash = torch.argsort(tie, stable=True)
+    order = by_hash[torch.argsort(-flat_h[by_hash], stable=True)]
+    chosen = order[:k]
+    weights.view(-1)[chosen] = n / k
+    return weights, {"selected_frac": k / n, "entropy_threshold": float(flat_h[chosen[-1]])}
+
+
+def micro_weights(entropy: torch.Tensor, mask: torch.Tensor, ratio: float) -> torch.Tensor:
+    """Micro scope, inside the loss (no host sync): ``N / |S|`` on the ``max(1, ceil(ratio N))`` valid tokens of this
+    call with the largest entropy, 0 elsewhere (the paper's per-micro-batch top-k; ties as ``topk`` breaks them)."""
+    selected = rank_select(-entropy.detach(), mask, ratio, mask, sentinel=float("inf"), ceil=True)
+    n = mask.sum().to(entropy.dtype)
+    return torch.where(selected, n / selected.sum().clamp(min=1).to(entropy.dtype), 0.0)
+
+
+def compute_policy_loss_high_entropy(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Optional[Any] = None,
+    rollout_is_weights: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
+    high_entropy_weight: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """DAPO's dual-clip loss on the high-entropy tokens only (verl's signature plus ``high_entropy_weight`` (batch
+    scope) or ``entropy`` (micro scope))."""
+    mask = response_mask.bool()
+    if high_entropy_weight is None:
+        if entropy is None:
+            raise ValueError(f"policy loss 'high_entropy' got neither high_entropy_weight nor entropy. {_HOW_TO_ENABLE}")
+        (ratio,) = policy_loss_params(config, "high_entropy_ratio")
+        weight = micro_weights(entropy, mask, ratio)
+    else:
+        weight = high_entropy_weight.to(log_prob.dtype)
+    eps_low, eps_high = clip_ratios(config)
+    terms = ppo_terms(log_prob, old_log_prob, advantages, eps_low, eps_high)
+    metrics = base_metrics(terms, mask)
+    pg_losses = dual_clip_losses(terms, advantages, dual_clip_c(config), mask, metrics)
+    pg_losses = apply_rollout_weights(pg_losses, rollout_is_weights) * weight
+    metrics["actor/high_entropy/selected_frac"] = metric_frac(weight > 0, mask)
+    return aggregate(pg_losses, mask, loss_agg_mode, config), metrics
+
+
+__all__ = ["compute_policy_loss_high_entropy", "high_entropy_weights", "micro_weights"]
