@@ -479,6 +479,8 @@ recipe_cpu_base() {
 #   batches of ~10^6 tokens; the CPU recipe's ~10^3-token batches need ~0.02 to select a handful)
 #   grpo_erc  arXiv 2512.05591 (ERC 7B DAPO runs): entropy-ratio band (0.95, 1.05)
 #   gppo_erc  arXiv 2512.05591 / 2509.20712 (ERC 7B GPPO runs): band (0.95, 1.05), beta1 = beta2 = 1, clip 0.2 / 0.2
+#   high_entropy  arXiv 2506.01939 (Qwen3 DAPO runs): gradient on the 20 % highest-entropy tokens, batch scope
+#   entropy_adv   arXiv 2506.14758: A + min(0.4 H, |A| / 2)
 recipe_loss() {
     local loss="actor_rollout_ref.actor.policy_loss" actor="actor_rollout_ref.actor"
     RECIPE_ARGS+=("$loss.loss_mode=$1")
@@ -490,7 +492,9 @@ recipe_loss() {
         grpo_erc) RECIPE_ARGS+=("$loss.entropy_mask_low=0.95" "$loss.entropy_mask_high=1.05") ;;
         gppo_erc) RECIPE_ARGS+=("$loss.entropy_mask_low=0.95" "$loss.entropy_mask_high=1.05"
                                 "$loss.gppo_beta1=1.0" "$loss.gppo_beta2=1.0" "$actor.clip_ratio_high=0.2") ;;
-        *) recipe_die "recipe_loss: unknown loss '$1'; allowed vanilla, clip_cov, kl_cov, grpo_erc, gppo_erc" ;;
+        high_entropy) RECIPE_ARGS+=("$loss.high_entropy_ratio=0.2" "$loss.high_entropy_scope=batch") ;;
+        entropy_adv) RECIPE_ARGS+=("$loss.entropy_adv_alpha=0.4" "$loss.entropy_adv_kappa=2.0") ;;
+        *) recipe_die "recipe_loss: unknown loss '$1'; allowed vanilla, clip_cov, kl_cov, grpo_erc, gppo_erc, high_entropy, entropy_adv" ;;
     esac
 }
 
@@ -506,6 +510,24 @@ recipe_kl_clip() {
         "actor_rollout_ref.actor.kl_clip_threshold=$2"
         actor_rollout_ref.actor.use_per_token_kl_threshold=True
     )
+}
+
+# recipe_entropy_control CONTROLLER ACTUATOR [KEY=VALUE ...]: the entropy autopilot (docs/entropy_control.md) with
+# the target ENTROPY_TARGET (environment; nats per token) and the given verl_ext.entropy_control keys.
+recipe_entropy_control() {
+    local controller="$1" actuator="$2" kv
+    shift 2
+    [[ "${ENTROPY_TARGET-}" =~ ^[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?$ ]] \
+        || recipe_die "ENTROPY_TARGET='${ENTROPY_TARGET-}' is invalid: allowed a positive number (nats per token)"
+    RECIPE_ARGS+=(
+        verl_ext.entropy_control.enable=true
+        "verl_ext.entropy_control.controller=$controller"
+        "verl_ext.entropy_control.actuator=$actuator"
+        "verl_ext.entropy_control.target=$ENTROPY_TARGET"
+    )
+    for kv in "$@"; do
+        RECIPE_ARGS+=("verl_ext.entropy_control.$kv")
+    done
 }
 
 # recipe_run "$@": run (or dry-run, or print) python -m verl_ext.main_ppo with RECIPE_ARGS + overrides.

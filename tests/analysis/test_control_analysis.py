@@ -35,7 +35,7 @@ def test_tracking_error_over_the_second_half_and_the_ratio_panel(tmp_path, capsy
     expected = sum(abs(r["entropy_control/entropy"] - 2.0) / 2.0 for r in late) / len(late)
     saturated = sum(r["entropy_control/saturated"] for r in late) / len(late)
     assert f"mean |H - H*| / H* = {expected:.1%}" in printed
-    assert f"final ratio 0.1, ratio on a bound in {saturated:.0%} of the steps" in printed
+    assert f"final actuator value 0.1, on a bound in {saturated:.0%} of the steps" in printed
     assert out_png.stat().st_size > 10_000
 
 

@@ -17,7 +17,8 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize(
     "argv,message",
     [
-        (["--losses", "vanilla,ppo"], "allowed: vanilla, clip_cov, kl_cov, grpo_erc, gppo_erc, autopilot"),
+        (["--losses", "vanilla,ppo"], "allowed: vanilla, clip_cov, kl_cov, grpo_erc, gppo_erc, high_entropy, entropy_adv, "
+                                       "autopilot, pi_coef, skywork, entropic"),
         (["--losses", "vanilla,vanilla"], "twice"),
         (["--losses", "autopilot"], "--losses autopilot: needs --entropy-target"),
         (["--steps", "0"], "--steps 0 is invalid: allowed an integer >= 1"),
@@ -57,6 +58,11 @@ def test_each_run_is_the_recipe_with_its_loss_and_the_shared_settings(tmp_path):
     assert {"verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.target=2.5"} <= set(cmd)
     with pytest.raises(ValueError, match="needs --entropy-target"):
         run_command("autopilot", DemoSettings(), tmp_path, build_assets=False)
+    cmd, env = run_command("skywork", settings, tmp_path, build_assets=False)
+    assert env["LOSS"] == "vanilla" and {"verl_ext.entropy_control.controller=skywork",
+                                         "verl_ext.entropy_control.actuator=entropy_coef"} <= set(cmd)  # fmt: skip
+    cmd, env = run_command("entropic", settings, tmp_path, build_assets=False)
+    assert env["LOSS"] == "vanilla" and "verl_ext.entropy_control.actuator=pos_weight" in cmd
 
 
 def test_progress_follows_verls_console_step_lines_behind_rays_prefix():

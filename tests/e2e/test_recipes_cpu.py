@@ -31,20 +31,42 @@ STEPS = 3
 
 pytestmark = [cpu_only, needs_vllm_cpu, pytest.mark.e2e]
 
+PI_COEF = ("verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.controller=pi",
+           "verl_ext.entropy_control.actuator=entropy_coef", "verl_ext.entropy_control.target=10.0",
+           "verl_ext.entropy_control.kp=1.0", "verl_ext.entropy_control.ki=0.1", "verl_ext.entropy_control.coef_min=1e-4",
+           "verl_ext.entropy_control.coef_max=0.05", "verl_ext.entropy_control.coef_init=0.001")  # fmt: skip
+"""PI (log space) on the entropy coefficient, carried by the GSM8K vanilla recipe on verl's legacy trainer."""
+
+ENTROPIC_COEF = ("verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.controller=entropic",
+                 "verl_ext.entropy_control.actuator=entropy_coef", "verl_ext.entropy_control.target=10.0",
+                 "verl_ext.entropy_control.entropic_kp=0.001", "verl_ext.entropy_control.entropic_ki=0.0001",
+                 "verl_ext.entropy_control.coef_init=0.001", "verl_ext.entropy_control.coef_max=0.05")  # fmt: skip
+"""EntroPIC's law on the entropy coefficient, carried by the GSM8K KL-clipping recipe on the V1 trainer."""
+
+ABOVE_TINY_ENTROPY = 10.0
+"""A target far above the warmed-up tiny model's entropy (~0.4 nats per token at SCALE=cpu), so that Skywork's gate
+opens and the coefficient controllers raise it; Skywork-OR1's own target (0.2) lies below it."""
+
 RECIPES: dict[str, tuple[str, ...]] = {
     "dapo_baseline": (),
+    "dapo_high_entropy": (),
+    "dapo_entropy_adv": (),
+    "dapo_skywork": (f"verl_ext.entropy_control.target={ABOVE_TINY_ENTROPY}",),
+    "dapo_entropic": (),
     "dapo_clip_cov": (),
     "dapo_kl_cov": (),
     "dapo_grpo_erc": (),
     "dapo_gppo_erc": (),
-    "gsm8k_grpo_vanilla": ("trainer.use_v1=False",),
+    "gsm8k_grpo_vanilla": ("trainer.use_v1=False", *PI_COEF),
     "gsm8k_grpo_kl_cov": (),
     "gsm8k_grpo_clip_cov": (),
     "gsm8k_grpo_erc": ("trainer.use_v1=False",),
-    "gsm8k_grpo_kl_clip": (),
+    "gsm8k_grpo_kl_clip": ENTROPIC_COEF,
 }
-"""Every GPU recipe, with the only override beside SCALE=cpu: two GSM8K recipes (an ERC loss among them) on verl's
-legacy trainer; the SIGKILL tests of tests/e2e/test_e2e_cpu.py run Clip-Cov on both trainers."""
+"""Every GPU recipe, with the only overrides beside SCALE=cpu: two GSM8K recipes (an ERC loss among them) on verl's
+legacy trainer; Skywork's target above the tiny model's entropy; and, to cover every (controller, actuator) pair
+without more runs, two GSM8K recipes carry the entropy autopilot on the entropy coefficient (pi on the legacy trainer,
+entropic on V1). PI on the selection ratio runs in tests/e2e/test_e2e_cpu.py (the demo), as do the SIGKILL tests."""
 
 
 class Run:
@@ -231,3 +253,82 @@ def test_eval_recipe_scores_a_checkpoint_the_papers_way(runs, tmp_path):
     rows = analyze(str(ckpt.parent / "validation"), "train")
     assert sorted({int(r["step"]) for r in rows}) == [0, STEPS]
     assert {r["metric"] for r in rows} >= {"avg@2", "pass@1", "pass@2", "maj@2"}  # math_dapo extracts answers
+
+
+# ----------------------------------------------------------------------------------------------------------
+# entropy control: every (controller, actuator) pair and the two entropy losses act (docs/entropy_control.md)
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_high_entropy_trains_on_the_top_fifth_of_each_batch(runs):
+    """Batch scope: max(1, ceil(0.2 N)) tokens of each step's N, ranked by the old pass's entropy; each mini-batch's
+    update sees some of them and not all of its tokens."""
+    run = runs("dapo_high_entropy")
+    for step in (1, 2, 3):
+        n = round(run.metric(step, "response_length/mean") * 4 * 4)
+        assert run.metric(step, "actor/high_entropy/batch_selected_frac") == pytest.approx(math.ceil(0.2 * n) / n)
+        assert 0.0 < run.metric(step, "actor/high_entropy/selected_frac") < 1.0
+        assert run.metric(step, "actor/high_entropy/batch_entropy_threshold") > 0.0
+
+
+def test_entropy_adv_shapes_the_advantages_with_the_update_entropy(runs):
+    """psi = min(0.4 H, |A| / 2) > 0 on average: the update forward's entropy reached the loss."""
+    run = runs("dapo_entropy_adv")
+    for step in (1, 2, 3):
+        assert run.metric(step, "actor/entropy_adv/shaping_mean") > 0.0
+        assert 0.0 <= run.metric(step, "actor/entropy_adv/capped_frac") <= 1.0
+
+
+def _entropy_term_is_the_coefficient_times_the_entropy(run: Run) -> None:
+    """The loss applied the step's coefficient: agg(c H) = c agg(H), whatever verl's aggregation over micro-batches."""
+    for step in (1, 2, 3):
+        value = run.metric(step, "entropy_control/entropy_coef")
+        assert run.metric(step, "actor/entropy_control/entropy_term") == pytest.approx(
+            value * run.metric(step, "actor/entropy_loss"), rel=1e-4)
+
+
+def test_skywork_raises_the_coefficient_by_delta_below_target(runs):
+    """Entropy below the target: gate open, and the coefficient climbs 0.005 + 0.001 t, applied in the loss."""
+    run = runs("dapo_skywork")
+    for step in (1, 2, 3):
+        assert run.metric(step, "entropy_control/entropy") < ABOVE_TINY_ENTROPY
+        assert run.metric(step, "entropy_control/gate") == 1.0
+        assert run.metric(step, "entropy_control/entropy_coef") == pytest.approx(0.005 + 0.001 * step, rel=1e-9)
+    _entropy_term_is_the_coefficient_times_the_entropy(run)
+
+
+def test_entropic_sets_alpha_by_its_law_and_the_term_acts(runs):
+    """EntroPIC at its script's target 0.1 (far below the tiny model's entropy): alpha = clip(kp (H - H*) + ki I, -1, 1)
+    recomputed from the logged entropies, and the term on high-probability tokens is in the loss."""
+    run = runs("dapo_entropic")
+    integral = 0.0
+    for step in (1, 2, 3):
+        h = run.metric(step, "entropy_control/entropy")
+        want = min(max(1.0 * (h - 0.1) - 0.01 * integral, -1.0), 1.0)
+        assert run.metric(step, "entropy_control/pos_weight") == pytest.approx(want, rel=1e-9)
+        integral += 0.1 - h
+        assert run.metric(step, "entropy_control/integral") == pytest.approx(integral, rel=1e-9)
+    assert max(run.values("actor/entropic/high_prob_frac")) > 0.0
+    assert any(run.metric(s, "actor/entropic/term") != 0.0 for s in (1, 2, 3))
+
+
+def test_pi_on_the_entropy_coefficient_follows_its_law_on_the_legacy_trainer(runs):
+    run = runs("gsm8k_grpo_vanilla")
+    integral = 0.0
+    for step in (1, 2, 3):
+        e = math.log(10.0 / run.metric(step, "entropy_control/entropy"))
+        want = min(max(math.log(0.001) + 1.0 * e + 0.1 * (integral + e), math.log(1e-4)), math.log(0.05))
+        integral += e if want < math.log(0.05) else 0.0
+        assert run.metric(step, "entropy_control/entropy_coef") == pytest.approx(math.exp(want), rel=1e-9)
+    _entropy_term_is_the_coefficient_times_the_entropy(run)
+
+
+def test_entropic_on_the_entropy_coefficient_follows_its_law_on_v1(runs):
+    run = runs("gsm8k_grpo_kl_clip")
+    integral = 0.0
+    for step in (1, 2, 3):
+        e = 10.0 - run.metric(step, "entropy_control/entropy")
+        want = min(max(0.001 + 0.001 * e + 0.0001 * integral, 0.0), 0.05)
+        integral += e
+        assert run.metric(step, "entropy_control/entropy_coef") == pytest.approx(want, rel=1e-9)
+    _entropy_term_is_the_coefficient_times_the_entropy(run)

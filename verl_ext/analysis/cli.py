@@ -41,7 +41,7 @@ PANELS: tuple[tuple[str, str], ...] = (
     ("reward", "reward / accuracy"),
     ("selected_frac", "selected-token fraction"),
     ("kl", "KL"),
-    ("control_ratio", "entropy autopilot: selection ratio"),
+    ("control_ratio", "entropy autopilot: actuator value"),
 )
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from verl_ext.analysis.run_reader import Run, RunReadError
-from verl_ext.contract import (CONTROL_ENTROPY, CONTROL_RATIO, CONTROL_SATURATED, CONTROL_TARGET, LENS_SUFFIX,
+from verl_ext.contract import (CONTROL_ENTROPY, CONTROL_RATIO, CONTROL_SATURATED, CONTROL_TARGET, CONTROL_VALUE, LENS_SUFFIX,
                                lens_file_for)
 
 TARGET_KEY, ENTROPY_KEY, RATIO_KEY, SATURATED_KEY = CONTROL_TARGET, CONTROL_ENTROPY, CONTROL_RATIO, CONTROL_SATURATED
@@ -29,6 +29,7 @@ class Tracking:
     steps: int
     mean_abs_rel_error: float
     final_ratio: float
+    """The actuator's last value (the selection ratio for ``cov_ratio``)."""
     saturated_share: float
 
 
@@ -40,7 +41,7 @@ def tracking(run: Run) -> Tracking | None:
     _, entropy = run.series(ENTROPY_KEY)
     half = len(steps) // 2
     err = np.abs(entropy[half:] - target[half:]) / target[half:]
-    _, ratio = run.series(RATIO_KEY)
+    _, ratio = run.series(RATIO_KEY if RATIO_KEY in run.metrics else CONTROL_VALUE)  # the actuator's value
     saturated = run.series(SATURATED_KEY)[1][half:] if SATURATED_KEY in run.metrics else np.zeros(len(err))
     return Tracking(int(len(err)), float(err.mean()), float(ratio[-1]), float(saturated.mean()))
 
@@ -48,7 +49,7 @@ def tracking(run: Run) -> Tracking | None:
 def format_tracking(label: str, record: Tracking) -> str:
     """One line on a run's autopilot record."""
     return (f"{label}: entropy autopilot over the last {record.steps} steps: mean |H - H*| / H* = "
-            f"{record.mean_abs_rel_error:.1%}, final ratio {record.final_ratio:.4g}, ratio on a bound in "
+            f"{record.mean_abs_rel_error:.1%}, final actuator value {record.final_ratio:.4g}, on a bound in "
             f"{record.saturated_share:.0%} of the steps")  # fmt: skip
 
 

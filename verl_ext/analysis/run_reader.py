@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Union
 
-from verl_ext.contract import CONTROL_RATIO, CONTROL_TARGET
+from verl_ext.contract import CONTROL_RATIO, CONTROL_TARGET, CONTROL_VALUE
 
 import numpy as np
 
@@ -43,10 +43,11 @@ METRIC_KEYS: dict[str, tuple[Candidate, ...]] = {
         "actor/erc/kept_frac",
         "actor/clip_cov/batch_selected_frac",
         "actor/kl_cov/batch_selected_frac",
+        "actor/high_entropy/batch_selected_frac",
     ),
     "kl": ("actor/ppo_kl", "actor/kl_loss", "actor/kl_clip/raw_kl"),
     "entropy_target": (CONTROL_TARGET,),
-    "control_ratio": (CONTROL_RATIO,),
+    "control_ratio": (CONTROL_RATIO, CONTROL_VALUE),
 }
 
 #: How many of a run's keys an error message lists.

@@ -3,7 +3,9 @@ use it.
 
 | module | contents |
 | --- | --- |
-| ``autopilot`` | the entropy autopilot: its keys (``verl_ext.entropy_control``), the target schedule, the PI law in log space on the selection ratio, its checkpointed state |
+| ``autopilot`` | the entropy autopilot: its keys (``verl_ext.entropy_control``), the target schedule, controller + actuator composed, its checkpointed state |
+| ``controllers`` | the laws: ``pi`` (log-space PI), ``skywork`` (Skywork-OR1's +-delta rule and gate), ``entropic`` (EntroPIC's PI) |
+| ``actuators`` | what a law moves: ``cov_ratio``, ``entropy_coef``, ``pos_weight``; the pairs that make sense, and why the others do not |
 
 May import: ``verl_ext.config`` and ``verl_ext.contract`` only.
 """

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from verl_ext.cpu.machine import machine_line
 from verl_ext.demo.report import summary_table, write_csv
-from verl_ext.demo.runs import AUTOPILOT_RUN, RUN_NAMES, DemoSettings, log_path, train_all
+from verl_ext.demo.runs import AUTOPILOT_RUN, CONTROL_RUNS, RUN_NAMES, DemoSettings, log_path, train_all
 
 DEFAULT_RUNS = ("vanilla", "clip_cov")
 
@@ -57,8 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cov-ratio", type=float, default=defaults.cov_ratio,
                    help="Clip-Cov / KL-Cov selection ratio (default %(default)s: a handful of a step's ~2000 tokens)")
     p.add_argument("--entropy-target", type=float, default=None, metavar="NATS",
-                   help=f"also run {AUTOPILOT_RUN!r}: clip_cov whose selection ratio the entropy autopilot sets to "
-                        "hold this entropy (nats per token)")
+                   help=f"the target of the entropy-control runs ({', '.join(CONTROL_RUNS)}); alone, it adds "
+                        f"{AUTOPILOT_RUN!r}: clip_cov whose selection ratio the autopilot sets to hold this entropy")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (logs / CI)")
     return p  # fmt: skip
 
@@ -82,10 +82,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     runs = list(args.losses)
-    if settings.entropy_target is not None and AUTOPILOT_RUN not in runs:
+    if settings.entropy_target is not None and not set(runs) & set(CONTROL_RUNS):
         runs.append(AUTOPILOT_RUN)
-    if AUTOPILOT_RUN in runs and settings.entropy_target is None:
-        parser.error(f"--losses {AUTOPILOT_RUN}: needs --entropy-target NATS")
+    controlled = [run for run in runs if run in CONTROL_RUNS]
+    if controlled and settings.entropy_target is None:
+        parser.error(f"--losses {','.join(controlled)}: needs --entropy-target NATS")
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     train_log = out / "train.log"

@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import IO, Any
 
-LOSSES = ("vanilla", "clip_cov", "kl_cov", "grpo_erc", "gppo_erc")
+LOSSES = ("vanilla", "clip_cov", "kl_cov", "grpo_erc", "gppo_erc", "high_entropy", "entropy_adv")
 """The losses ``recipe/cpu_tiny.sh`` takes as ``LOSS`` (each with the papers' settings, ``recipe_loss``)."""
 
 AUTOPILOT_RUN = "autopilot"
@@ -29,7 +29,18 @@ AUTOPILOT_RUN = "autopilot"
 AUTOPILOT_BOUNDS = (1e-3, 0.5)
 """The selection-ratio range the demo's autopilot may use (``ratio_min``, ``ratio_max``)."""
 
-RUN_NAMES = (*LOSSES, AUTOPILOT_RUN)
+CONTROL_RUNS: dict[str, tuple[str, tuple[str, ...]]] = {
+    AUTOPILOT_RUN: ("clip_cov", ("controller=pi", "actuator=cov_ratio", f"ratio_min={AUTOPILOT_BOUNDS[0]}",
+                                 f"ratio_max={AUTOPILOT_BOUNDS[1]}")),
+    "pi_coef": ("vanilla", ("controller=pi", "actuator=entropy_coef", "coef_min=0.0001", "coef_max=0.1")),
+    "skywork": ("vanilla", ("controller=skywork", "actuator=entropy_coef")),
+    "entropic": ("vanilla", ("controller=entropic", "actuator=pos_weight")),
+}
+"""Runs that hold ``--entropy-target`` with the entropy autopilot: run name -> (loss, ``verl_ext.entropy_control`` keys
+beside ``enable`` and ``target``). Every other key keeps its default (the papers' values: Skywork-OR1's coefficient
+0.005 +- 0.001 in [0, 0.5], EntroPIC's gains 1 / 0.01; verl_ext's pi gains 10 / 2)."""
+
+RUN_NAMES = (*LOSSES, *CONTROL_RUNS)
 
 STEP_LINE = re.compile(r"\bstep:(\d+) - ")
 """A step's line of verl's console logger (behind Ray's ``(TaskRunner pid=...)`` prefix)."""
@@ -85,15 +96,16 @@ def run_command(run: str, settings: DemoSettings, out: Path, build_assets: bool)
     if run not in RUN_NAMES:
         raise ValueError(f"run {run!r} is invalid: allowed one of {list(RUN_NAMES)}")
     overrides = ["trainer.val_before_train=False"]
-    if run == AUTOPILOT_RUN:
+    loss = run
+    if run in CONTROL_RUNS:
         if settings.entropy_target is None:
-            raise ValueError(f"the {AUTOPILOT_RUN!r} run needs --entropy-target")
-        low, high = AUTOPILOT_BOUNDS
+            raise ValueError(f"the {run!r} run needs --entropy-target")
+        loss, keys = CONTROL_RUNS[run]
         overrides += ["verl_ext.entropy_control.enable=true", f"verl_ext.entropy_control.target={settings.entropy_target}",
-                      f"verl_ext.entropy_control.ratio_min={low}", f"verl_ext.entropy_control.ratio_max={high}"]  # fmt: skip
+                      *(f"verl_ext.entropy_control.{kv}" for kv in keys)]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RAY_"))}
     env.update(
-        LOSS="clip_cov" if run == AUTOPILOT_RUN else run, EXP_NAME=run, WORK_DIR=str(out),
+        LOSS=loss, EXP_NAME=run, WORK_DIR=str(out),
         ASSETS="1" if build_assets else "0", STEPS=str(settings.steps), SEED=str(settings.seed),
         PROMPTS=str(settings.prompts), N=str(settings.samples), RESPONSE_LENGTH=str(settings.response_length), LR=repr(settings.lr), COV_RATIO=repr(settings.cov_ratio),
         PYTHON=sys.executable, VERL_FILE_LOGGER_PATH=str(log_path(out, run)),
@@ -139,5 +151,5 @@ def train_all(runs: Sequence[str], settings: DemoSettings, out: Path, log: IO[st
     return history
 
 
-__all__ = ["AUTOPILOT_BOUNDS", "AUTOPILOT_RUN", "DemoSettings", "LOSSES", "RUN_NAMES", "STEP_LINE", "log_path",
+__all__ = ["AUTOPILOT_BOUNDS", "AUTOPILOT_RUN", "CONTROL_RUNS", "DemoSettings", "LOSSES", "RUN_NAMES", "STEP_LINE", "log_path",
            "read_steps", "recipe_script", "run_command", "train", "train_all"]  # fmt: skip

@@ -1,0 +1,136 @@
+"""Every entropy-control method of verl_ext on one run: the CPU recipe (verl's trainer, vLLM rollout) with a target
+entropy, 3 seeds each.
+
+For each seed, one ``python -m verl_ext.demo --losses <all> --entropy-target T`` (runs of ``recipe/cpu_tiny.sh`` with
+the same model, data, seed and settings; verl's V1 trainer, ``--legacy`` for the other):
+
+| run | what |
+| --- | --- |
+| ``vanilla`` | GRPO, no entropy control |
+| ``clip_cov`` | Clip-Cov at a fixed ratio (``COV_RATIO``, 0.02) |
+| ``autopilot`` | pi x cov_ratio: Clip-Cov whose ratio verl_ext's PI law sets |
+| ``skywork`` | skywork x entropy_coef: Skywork-OR1's adaptive entropy coefficient (their values) |
+| ``pi_coef`` | pi x entropy_coef: the entropy coefficient set by the PI law in log space |
+| ``entropic`` | entropic x pos_weight: EntroPIC (their gains) |
+| ``high_entropy`` | gradient on the 20 % highest-entropy tokens (no target) |
+| ``entropy_adv`` | entropy-shaped advantages (no target) |
+
+Per run: the mean absolute relative gap to the target over the second half (``mean |H - H*| / H*``), the overshoot
+(the largest relative excursion past the target after entropy first crossed it; 0 if it never did), entropy and reward
+over the last 5 steps, the mean step time (steps 2..N), and for controlled runs the actuator's trajectory and the share
+of second-half steps on a bound.
+
+    python benchmarks/entropy_control_cpu_recipe.py --target 2.6 --steps 20 --seeds 0 1 2 --json results.json
+
+About 3 minutes per run (20 steps) on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from verl_ext.demo.runs import CONTROL_RUNS, log_path, read_steps
+
+VARIANTS = ("vanilla", "clip_cov", "autopilot", "skywork", "pi_coef", "entropic", "high_entropy", "entropy_adv")
+
+
+def demo(seed: int, target: float, steps: int, work: Path, legacy: bool, variants: tuple[str, ...]) -> Path:
+    """One demo (every variant) for ``seed``; returns its output directory."""
+    out = work / f"seed{seed}"
+    cmd = [sys.executable, "-m", "verl_ext.demo", "--losses", ",".join(variants), "--entropy-target", str(target),
+           "--steps", str(steps), "--seed", str(seed), "--out", str(out), "--no-progress"]
+    if legacy:
+        cmd += ["--", "trainer.use_v1=false"]
+    subprocess.run(cmd, check=True)
+    return out
+
+
+def overshoot(entropy: list[float], target: float) -> float:
+    """The largest relative excursion past ``target`` after the entropy first reached it, on the far side from where
+    it started (0 when it never reached it)."""
+    above = entropy[0] > target
+    crossed = [i for i, h in enumerate(entropy) if (h <= target if above else h >= target)]
+    if not crossed:
+        return 0.0
+    beyond = [(target - h if above else h - target) / target for h in entropy[crossed[0]:]]
+    return max(0.0, *beyond)
+
+
+def result(out: Path, variant: str, seed: int, target: float) -> dict[str, Any]:
+    rows = read_steps(log_path(out, variant))
+    entropy = [r["actor/entropy"] for r in rows]
+    half = len(rows) // 2
+    record = {
+        "variant": variant, "seed": seed,
+        "tracking_error": statistics.fmean(abs(h - target) / target for h in entropy[half:]),
+        "overshoot": overshoot(entropy, target),
+        "entropy_last": statistics.fmean(entropy[-5:]),
+        "reward_last": statistics.fmean(r["critic/score/mean"] for r in rows[-5:]),
+        "step_time": statistics.fmean(r["timing_s/step"] for r in rows[1:]),
+        "entropy": entropy,
+    }  # fmt: skip
+    if variant in CONTROL_RUNS:
+        record["actuator"] = [r["entropy_control/value"] for r in rows]
+        record["saturated_share"] = statistics.fmean(r["entropy_control/saturated"] for r in rows[half:])
+    return record
+
+
+def summary(results: list[dict[str, Any]], target: float) -> str:
+    """One row per variant: means over the seeds (and the spread of the gap)."""
+    lines = [f"| run | gap to H*={target} (2nd half) | overshoot | entropy last 5 | reward last 5 | step time (s) | "
+             "on a bound (2nd half) |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    for variant in dict.fromkeys(r["variant"] for r in results):
+        rs = [r for r in results if r["variant"] == variant]
+        mean = lambda key: statistics.fmean(r[key] for r in rs)  # noqa: E731
+        gaps = [r["tracking_error"] for r in rs]
+        bound = f"{mean('saturated_share'):.0%}" if "saturated_share" in rs[0] else "-"
+        lines.append(f"| {variant} | {mean('tracking_error'):.1%} ({min(gaps):.1%}-{max(gaps):.1%}) | "
+                     f"{mean('overshoot'):.1%} | {mean('entropy_last'):.2f} | {mean('reward_last'):.3f} | "
+                     f"{mean('step_time'):.2f} | {bound} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--target", type=float, default=2.6, help="the target entropy, nats per token (2.6)")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of the runs")
+    parser.add_argument("--legacy", action="store_true", help="verl's legacy trainer instead of the V1 one")
+    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--work", type=Path, default=None)
+    args = parser.parse_args(argv)
+    variants = tuple(v for v in args.variants.split(",") if v)
+    if args.steps < 2 or not args.target > 0 or not variants or set(variants) - set(VARIANTS):
+        parser.error(f"--steps {args.steps} / --target {args.target} / --variants {args.variants}: allowed --steps >= 2 "
+                     f"(the gap is taken over the second half), --target > 0 (nats per token), variants from {VARIANTS}")  # fmt: skip
+    work = args.work or Path(tempfile.mkdtemp(prefix="verl_ext_entropy_control_"))
+    work.mkdir(parents=True, exist_ok=True)
+    results = []
+    for seed in args.seeds:
+        out = demo(seed, args.target, args.steps, work, args.legacy, variants)
+        for variant in variants:
+            results.append(result(out, variant, seed, args.target))
+            r = results[-1]
+            print(f"seed {seed} {variant}: gap {r['tracking_error']:.1%}, overshoot {r['overshoot']:.1%}, entropy "
+                  f"{r['entropy_last']:.2f}, reward {r['reward_last']:.3f}, step {r['step_time']:.2f} s", flush=True)  # fmt: skip
+        if args.json:  # after each seed, so that a cut-short run keeps what it measured
+            from verl_ext.cpu.machine import machine_info
+
+            args.json.write_text(json.dumps({"machine": machine_info(), "target": args.target, "steps": args.steps,
+                                             "trainer": "legacy" if args.legacy else "v1", "seeds_done": sorted({r["seed"] for r in results}),
+                                             "command": f"python -m verl_ext.demo --losses {','.join(variants)} --entropy-target "
+                                             f"{args.target} --steps {args.steps} --seed S", "runs": results}, indent=2))  # fmt: skip
+    print(summary(results, args.target))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
