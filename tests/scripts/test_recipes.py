@@ -46,6 +46,19 @@ RECIPES: dict[str, tuple[str, dict[str, str]]] = {
                                LOSS + "entropy_mask_high": "1.05", LOSS + "gppo_beta1": "1.0",
                                LOSS + "gppo_beta2": "1.0", PREFIX + "clip_ratio_c": "10.0",
                                PREFIX + "clip_ratio_high": "0.2"}),
+    "dapo_high_entropy": ("dapo", {LOSS + "loss_mode": "high_entropy", LOSS + "high_entropy_ratio": "0.2",
+                                   LOSS + "high_entropy_scope": "batch", PREFIX + "clip_ratio_high": "0.28"}),
+    "dapo_entropy_adv": ("dapo", {LOSS + "loss_mode": "entropy_adv", LOSS + "entropy_adv_alpha": "0.4",
+                                  LOSS + "entropy_adv_kappa": "2.0"}),
+    "dapo_skywork": ("dapo", {LOSS + "loss_mode": "vanilla", PREFIX + "entropy_coeff": "0",
+                              "verl_ext.entropy_control.enable": "true", "verl_ext.entropy_control.controller": "skywork",
+                              "verl_ext.entropy_control.actuator": "entropy_coef", "verl_ext.entropy_control.target": "0.2",
+                              "verl_ext.entropy_control.skywork_delta": "0.001", "verl_ext.entropy_control.coef_min": "0.0",
+                              "verl_ext.entropy_control.coef_max": "0.5", "verl_ext.entropy_control.coef_init": "0.005"}),
+    "dapo_entropic": ("dapo", {LOSS + "loss_mode": "vanilla", "verl_ext.entropy_control.enable": "true",
+                               "verl_ext.entropy_control.controller": "entropic",
+                               "verl_ext.entropy_control.actuator": "pos_weight", "verl_ext.entropy_control.target": "0.1",
+                               "verl_ext.entropy_control.entropic_kp": "1.0", "verl_ext.entropy_control.entropic_ki": "0.01"}),
 }  # fmt: skip
 
 #: settings every recipe of a family shares
@@ -77,7 +90,7 @@ def base_env(tmp_path: Path) -> dict[str, str]:
                  "RESPONSE_LENGTH", "PROMPTS", "N", "LR", "SEED", "ASSETS", "RAY_ADDRESS", "VERL_PLATFORM",
                  "VERL_FILE_LOGGER_PATH", "MAX_PROMPT_LENGTH", "MAX_RESPONSE_LENGTH", "OVERLONG_BUFFER",
                  "MAX_NUM_GEN_BATCHES", "SCALE", "SCALE_DIR", "VAL_N", "FAMILY", "PROTOCOL", "CKPT",
-                 "EVAL_DIR"):  # fmt: skip
+                 "EVAL_DIR", "ENTROPY_TARGET"):  # fmt: skip
         env.pop(name, None)
     env["HOME"] = str(tmp_path)
     env["PYTHON"] = sys.executable
@@ -462,3 +475,11 @@ def test_cpu_recipe_dry_run_builds_its_assets_and_validates(tmp_path):
     assert "platform  : CPU mode (VERL_PLATFORM=cpu" in res.stdout
     assert "loss      : clip_cov clip_cov_ratio=0.02" in res.stdout
     assert (tmp_path / "w" / "model" / "config.json").is_file() and (tmp_path / "w" / "train.parquet").is_file()
+
+
+@pytest.mark.parametrize("script", ["dapo_skywork", "dapo_entropic"])
+def test_entropy_target_must_be_a_positive_number(script, tmp_path):
+    res = run_script(RECIPE_DIR / f"{script}.sh", env={**base_env(tmp_path), "PRINT_CMD": "1", "ENTROPY_TARGET": "high"})
+    assert res.returncode == 2 and "ENTROPY_TARGET='high' is invalid: allowed a positive number" in res.stderr
+    cmd = command(RECIPE_DIR / f"{script}.sh", env={**base_env(tmp_path), "ENTROPY_TARGET": "1.5"})
+    assert effective(cmd)["verl_ext.entropy_control.target"] == "1.5"
