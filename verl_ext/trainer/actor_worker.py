@@ -1,7 +1,9 @@
-"""Current-policy entropy in the actor update forward for Entropy Ratio Clipping, without an autograd graph.
+"""Current-policy entropy in the actor update forward, without an autograd graph where none is needed.
 
-ERC (``grpo_erc``, ``gppo_erc``) masks tokens by ``H / H_old``, so the update forward must produce the
-current entropy ``H``. verl computes it only when the batch's non-tensor flag ``calculate_entropy`` is set,
+ERC (``grpo_erc``, ``gppo_erc``) masks tokens by ``H / H_old``, ``entropy_adv`` shapes advantages with ``sg[H]`` and
+micro-scope ``high_entropy`` ranks tokens by ``H``, so the update forward must produce the current entropy ``H``; the
+entropy autopilot's ``entropy_coef`` actuator (batch field ``entropy_coef``) needs it *with* its graph, whatever
+verl's fixed ``entropy_coeff``. verl computes it only when the batch's non-tensor flag ``calculate_entropy`` is set,
 which its trainers do only for ``actor.calculate_entropy`` or ``entropy_coeff != 0`` - and then with a graph
 through the full-vocabulary softmax, which ERC does not need (the entropy only feeds a mask).
 
@@ -9,7 +11,8 @@ How it works (no verl code is copied or patched):
 
 * :class:`EntropyAwareTrainingWorker` subclasses verl's ``TrainingWorker``. Its ``train_batch`` reads the
   actor config from the installed loss function (``partial(ppo_loss, config=actor_config)``, as verl's
-  ``ActorRolloutRefWorker`` installs it) and, for an ERC loss, sets ``calculate_entropy=True`` on the batch.
+  ``ActorRolloutRefWorker`` installs it) and, for those losses or that field (:func:`entropy_plan`), sets
+  ``calculate_entropy=True`` on the batch.
 * verl's FSDP (and automodel / torchtitan / veomni) engines compute the entropy through the instance
   attribute ``engine.compute_entropy_from_logits``. The worker wraps it once with :class:`NoGradEntropy`,
   which runs it under ``torch.no_grad()`` while an ERC update with ``entropy_coeff == 0`` is in progress.
