@@ -116,7 +116,7 @@ def check_entropy_source(config: DictConfig, mode: str) -> None:
         if uses:
             raise ConfigError("algorithm.rollout_correction.bypass_mode", f"must be false with {setting}: bypass mode "
                               "skips the old-log-prob pass, which is where the old policy's per-token entropy it "
-                              "reads comes from")  # fmt: skip
+                              "reads (old_entropy) comes from")  # fmt: skip
 
 
 def check_kl_clip(config: DictConfig) -> None:
