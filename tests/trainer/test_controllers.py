@@ -89,7 +89,10 @@ def test_refused_pairs_name_the_key_and_say_why(controller, actuator):
      ({"controller": "skywork", "actuator": "entropy_coef", "coef_init": 0.9}, "coef_init", "[coef_min, coef_max]"),
      ({"controller": "entropic", "actuator": "pos_weight", "weight_max": 2.0}, "weight_min", "<= 1.0"),
      ({"controller": "skywork", "actuator": "entropy_coef", "skywork_delta": 0}, "skywork_delta", "> 0"),
-     ({"entropic_ki": -1}, "entropic_ki", ">= 0")],
+     ({"entropic_ki": -1}, "entropic_ki", ">= 0"),
+     ({"controller": "skywork", "actuator": "entropy_coef", "kp": 5.0}, "kp", "controller=skywork ignores it"),
+     ({"controller": "entropic", "actuator": "pos_weight", "coef_max": 0.1}, "coef_max", "actuator=pos_weight ignores it"),
+     ({"ratio_init": 0.01, "actuator": "entropy_coef", "coef_min": 0.001}, "ratio_init", "read by actuator=cov_ratio only")],
 )  # fmt: skip
 def test_bad_controller_values_name_the_key(values, key, words):
     with pytest.raises(ConfigError) as info:

@@ -14,7 +14,7 @@ the pairs that make sense. Everything here is pure Python (no torch, no verl): :
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 from verl_ext.config import PrefixedConfig
@@ -25,6 +25,16 @@ from verl_ext.control.controllers import CONTROLLERS, Controller, make_controlle
 
 AUTOPILOT_CONFIG_PREFIX = "verl_ext.entropy_control."
 SCHEDULES = ("constant", "linear", "cosine")
+
+OWNED_KEYS = {
+    "kp": ("controller", "pi"), "ki": ("controller", "pi"), "skywork_delta": ("controller", "skywork"),
+    "entropic_kp": ("controller", "entropic"), "entropic_ki": ("controller", "entropic"),
+    **{f"ratio_{k}": ("actuator", "cov_ratio") for k in ("min", "max", "init")},
+    **{f"coef_{k}": ("actuator", "entropy_coef") for k in ("min", "max", "init")},
+    **{f"weight_{k}": ("actuator", "pos_weight") for k in ("min", "max", "init")},
+}  # fmt: skip
+"""Keys that only one controller or actuator reads: set away from its default while another is chosen, it would be
+ignored, so it is an error."""
 
 
 @dataclass
@@ -143,6 +153,12 @@ class EntropyControlConfig(PrefixedConfig):
             raise EntropyControlConfig.error("actuator", f"{self.actuator!r} cannot be driven by controller="
                                              f"{self.controller}: {REFUSED[(self.controller, self.actuator)]}; allowed "
                                              f"with {self.controller}: {allowed}")  # fmt: skip
+        for key, (role, owner) in OWNED_KEYS.items():
+            chosen = getattr(self, role)
+            if chosen != owner and getattr(self, key) != _DEFAULTS[key]:
+                raise EntropyControlConfig.error(key, f"{getattr(self, key)!r} is set but {role}={chosen} ignores it "
+                                                 f"(it is read by {role}={owner} only): remove it, or choose "
+                                                 f"{role}={owner}")  # fmt: skip
         self._check_range("coef", 0.0, None)
         self._check_range("weight", -1.0, 1.0)
         if self.controller == "pi" and self.actuator == "entropy_coef" and self.coef_min <= 0:
@@ -159,6 +175,9 @@ class EntropyControlConfig(PrefixedConfig):
         if not lo <= init <= hi:
             raise EntropyControlConfig.error(f"{prefix}_init", f"{init!r} is invalid: allowed a number in "
                                              f"[{prefix}_min, {prefix}_max] = [{lo}, {hi}]")  # fmt: skip
+
+
+_DEFAULTS = {f.name: f.default for f in fields(EntropyControlConfig)}
 
 
 def _number(key: str, value: Any) -> float:
