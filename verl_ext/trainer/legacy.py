@@ -4,7 +4,8 @@
 ``fit()`` loop untouched:
 
 * ``_compute_old_log_prob``: the old-log-prob pass already returns the entropy as ``entropys`` (which
-  ``fit()`` pops after logging it); for ERC losses it is also kept as batch field ``old_entropy``.
+  ``fit()`` pops after logging it); for ERC losses (which read it) and batch-scope ``high_entropy`` (whose driver-side
+  selection ranks by it) it is also kept as batch field ``old_entropy``.
 * ``_update_actor``: the fields verl_ext adds before the update (:func:`~verl_ext.trainer.hooks.update_fields`:
   ``cov_selected``, ``high_entropy_weight``, the autopilot's ``entropy_coef`` / ``pos_weight``) are computed over
   the whole training batch and sent with it.
@@ -68,6 +69,8 @@ class VerlExtRayPPOTrainer(VerlExtDriverMixin, RayPPOTrainer):
                                    selection_step(self.global_steps), extra_metrics, entropy)  # fmt: skip
             for name, tensor in fields.items():
                 batch.batch[name] = tensor
+            if entropy is not None and not needs_old_entropy(actor_config):
+                batch.batch.pop(OLD_ENTROPY)  # read here only: the workers need not receive it
         output = super()._update_actor(batch)
         output.meta_info["metrics"].update(extra_metrics)
         return output
