@@ -167,6 +167,7 @@ def test_batch_scope_high_entropy_sends_its_weights_from_the_old_entropy(compose
     batch.batch["old_entropy"] = torch.arange(mask.numel(), dtype=torch.float32).reshape(mask.shape) * mask
     metrics = trainer._update_actor(batch).meta_info["metrics"]
     sent = trainer.actor_rollout_wg.updates[-1]["high_entropy_weight"]
+    assert "old_entropy" not in trainer.actor_rollout_wg.updates[-1].keys()  # the driver's input only
     n = sum(RESPONSE_LENS)
     k = math.ceil(0.2 * n)
     weights = torch.cat([row for row in sent.unbind()])
