@@ -216,3 +216,25 @@ def test_bad_new_loss_keys_name_the_key(key, value, words):
     with pytest.raises(ConfigError) as info:
         PolicyLossConfig(**{key: value})
     assert info.value.key == f"actor_rollout_ref.actor.policy_loss.{key}" and words in info.value.message
+
+
+@pytest.mark.parametrize("case", ["high_entropy_micro", "high_entropy_batch", "entropy_adv", "entropic_term"])
+def test_traces_without_graph_breaks(case):
+    """Sync-free proxy, as for the other losses: each traces with torch.compile(fullgraph=True) (no .item(),
+    nonzero, data-dependent shapes) and gives the eager value."""
+    old, lp, adv, mask = O.batch(seed=21)
+    H = entropies(old.shape, 22)
+    if case.startswith("high_entropy"):
+        scope = case.rsplit("_", 1)[1]
+        cfg = O.actor_config(PolicyLossConfig(loss_mode="high_entropy", high_entropy_scope=scope))
+        extra = {"entropy": H} if scope == "micro" else {"high_entropy_weight": high_entropy_weights(H, mask, 0.2)[0]}
+        fn = lambda x: compute_policy_loss_high_entropy(old, x, adv, mask, "token-mean", cfg, None, **extra)[0]  # noqa: E731
+    elif case == "entropy_adv":
+        cfg = O.actor_config(PolicyLossConfig(loss_mode="entropy_adv"))
+        fn = lambda x: compute_policy_loss_entropy_adv(old, x, adv, mask, "token-mean", cfg, None, entropy=H)[0]  # noqa: E731
+    else:
+        cfg = O.actor_config(PolicyLossConfig())
+        field = torch.full(old.shape, 0.3)
+        fn = lambda x: entropic_term(x, old, adv, mask, field, "token-mean", cfg)[0]  # noqa: E731
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(fn, fullgraph=True, backend="eager")(lp), fn(lp))
