@@ -241,18 +241,20 @@ def test_grpo_erc_dual_clip_caps_negative_advantages():
 
 @pytest.mark.parametrize("beta1,beta2", [(0.75, 1.0), (1.0, 1.0), (0.0, 0.5)])
 def test_gppo_erc_matches_analytic_gradient(beta1, beta2):
-    """Value and gradient per token from CE-GPPO's formula, derived by hand (d r / d lp = r)."""
+    """Value and gradient per token from CE-GPPO's formula, derived by hand (d r / d lp = r), with DAPO's dual
+    clip for A < 0 (value -A c, no gradient, where the loss exceeds it); more in test_gppo_dual_clip.py."""
     old, lp, adv, mask, h, old_h, low, high = _erc_case(seed=6)
-    eps_low, eps_high = 0.2, 0.28
+    eps_low, eps_high, c = 0.2, 0.28, 3.0
     cfg = O.actor_config(
         PolicyLossConfig(entropy_mask_low=low, entropy_mask_high=high, gppo_beta1=beta1, gppo_beta2=beta2),
         eps_low,
         eps_high,
+        c,
     )
     n = int(mask.sum())
     want = 0.0
     want_grad = torch.zeros_like(lp)
-    n_clipped = 0
+    n_clipped = n_dual = 0
     for t in O.valid_tokens(mask):
         a, r = float(adv[t]), math.exp(float(lp[t]) - float(old[t]))
         if a < 0 and r < 1 - eps_low:
@@ -263,9 +265,12 @@ def test_gppo_erc_matches_analytic_gradient(beta1, beta2):
             n_clipped += 1
         else:
             value, grad = -a * r, -a * r
+        if a < 0 and value > -a * c:
+            value, grad = -a * c, 0.0
+            n_dual += 1
         want += value / n
         want_grad[t] = grad / n if _keep(h, old_h, t, low, high) else 0.0
-    assert n_clipped >= 3, "fixture must exercise the clipped branches"
+    assert n_clipped >= 3 and n_dual >= 1, "fixture must exercise the clipped branches and the dual clip"
     got, got_grad, _ = run("gppo_erc", old, lp, adv, mask, cfg, entropy=h, old_entropy=old_h)
     assert float(got) == pytest.approx(want, rel=1e-10)
     torch.testing.assert_close(got_grad, want_grad, rtol=1e-10, atol=1e-12)

@@ -47,7 +47,16 @@ def dual_clip_losses(
         L_i      = min(L^clip_i, -A_i c)  if A_i < 0  else  L^clip_i
 
     Adds ``actor/pg_clipfrac_lower`` (share of valid tokens where the dual clip binds) to ``metrics``."""
-    clip_loss = torch.maximum(terms.unclipped, terms.clipped)
+    return dual_clip(torch.maximum(terms.unclipped, terms.clipped), advantages, c, mask, metrics)
+
+
+def dual_clip(
+    clip_loss: torch.Tensor, advantages: torch.Tensor, c: float, mask: torch.Tensor, metrics: dict[str, torch.Tensor]
+) -> torch.Tensor:
+    """Dual clip (Ye et al., arXiv 1912.09729) on a per-token loss: ``min(L_i, -A_i c)`` where ``A_i < 0``, ``L_i``
+    elsewhere. A plain ``torch.minimum`` on the values, as verl and the ERC / CE-GPPO code do: where the bound binds
+    (``A_i < 0`` and ``L_i > -A_i c``) the token's loss is the constant ``-A_i c`` and has no gradient. Adds
+    ``actor/pg_clipfrac_lower`` (share of valid tokens where it binds) to ``metrics``."""
     dual_bound = -advantages * c
     negative = advantages < 0
     metrics["actor/pg_clipfrac_lower"] = metric_frac(negative & (clip_loss.detach() > dual_bound), mask)
