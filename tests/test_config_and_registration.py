@@ -32,6 +32,11 @@ BAD_VALUES = [
     ("entropy_mask_high", 1.0, "entropy_mask_high > 1"),
     ("cov_scope", "global", r"\['batch', 'micro'\]"),
     ("cov_seed", -1, "integer >= 0"),
+    ("entropy_adv_kappa", 1.0, r"a number > 1, as the paper requires"),  # arXiv 2506.14758 needs kappa > 1
+    ("entropy_adv_kappa", 0.5, r"a number > 1"),
+    ("entropy_adv_alpha", 0.0, "a number > 0"),
+    ("high_entropy_ratio", 0.0, r"\(0, 1\]"),
+    ("high_entropy_scope", "global", r"\['batch', 'micro'\]"),
 ]
 
 

@@ -105,8 +105,8 @@ class PolicyLossConfig(VerlPolicyLossConfig):
     """entropy_adv: alpha > 0 in ``A' = A + min(alpha H, |A| / kappa)`` (arXiv 2506.14758; 0.4 in public code)."""
 
     entropy_adv_kappa: float = 2.0
-    """entropy_adv: kappa >= 1 in ``A' = A + min(alpha H, |A| / kappa)``: the shaping never exceeds |A| / kappa, so
-    it cannot flip an advantage's sign (2 in public code)."""
+    """entropy_adv: kappa > 1 in ``A' = A + min(alpha H, |A| / kappa)`` (the paper's condition): the shaping stays
+    below |A|, so a negative advantage keeps its sign and is never cancelled (2 in public code)."""
 
     def __post_init__(self) -> None:
         parent = getattr(super(), "__post_init__", None)
@@ -160,8 +160,9 @@ def check_policy_loss_params(values: Mapping[str, Any]) -> None:
     if alpha is not None and not _number("entropy_adv_alpha", alpha) > 0.0:
         raise _bad("entropy_adv_alpha", alpha, "a number > 0")
     kappa = values.get("entropy_adv_kappa")
-    if kappa is not None and not _number("entropy_adv_kappa", kappa) >= 1.0:
-        raise _bad("entropy_adv_kappa", kappa, "a number >= 1 (below 1 the shaping could flip a negative advantage)")
+    if kappa is not None and not _number("entropy_adv_kappa", kappa) > 1.0:
+        raise _bad("entropy_adv_kappa", kappa, "a number > 1, as the paper requires (at 1 the shaping can cancel a "
+                   "negative advantage, below 1 flip it)")
     seed = values.get("cov_seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
         raise _bad("cov_seed", seed, "an integer >= 0")

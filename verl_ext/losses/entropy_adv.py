@@ -3,11 +3,12 @@ al., arXiv 2506.14758).
 
 Per valid token i, with the current policy's entropy ``H_i`` taken without gradient::
 
-    psi_i = min(alpha * sg[H_i], |A_i| / kappa)          (alpha > 0, kappa >= 1)
+    psi_i = min(alpha * sg[H_i], |A_i| / kappa)          (alpha > 0, kappa > 1)
     A'_i  = A_i + psi_i
 
 and DAPO's dual-clip loss (:func:`~verl_ext.losses.common.dual_clip_losses`) on ``A'``. The cap ``|A_i| / kappa``
-keeps the shaping below the advantage's own size, so it never flips a sign and leaves ``A_i = 0`` tokens alone.
+keeps the shaping below the advantage's own size (``kappa > 1``, the paper's condition, checked at config time), so a
+negative advantage stays negative (``A'_i <= (1 - 1/kappa) A_i < 0``) and ``A_i = 0`` tokens are left alone.
 Public code uses alpha = 0.4, kappa = 2. The entropy is the update forward's (the paper's ``H.detach()`` inside the
 update), computed without a graph by verl_ext's actor worker.
 
