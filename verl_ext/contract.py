@@ -31,6 +31,10 @@ ENTROPY_COEF = "entropy_coef"
 POS_WEIGHT = "pos_weight"
 """Batch field: EntroPIC's weight alpha of the step (actuator ``pos_weight``), on every token."""
 
+POS_WEIGHT_NORM = "pos_weight_norm"
+"""Batch field beside ``pos_weight``, on every token: 1 where EntroPIC's term is normalised by the high-probability
+tokens of each micro-batch (``entropic_norm=high_prob``, EntroPIC's), 0 where by all valid tokens (``all_tokens``)."""
+
 CONTROL_METRIC_PREFIX = "entropy_control/"
 """Prefix of the entropy autopilot's per-step metrics."""
 
@@ -44,6 +48,8 @@ CONTROL_VALUE = CONTROL_METRIC_PREFIX + "value"
 """The actuator's value applied at the step, whatever the actuator (also logged under its own name below)."""
 CONTROL_GATE = CONTROL_METRIC_PREFIX + "gate"
 """Skywork's gate: 1 while the entropy term is applied (entropy below target), else 0."""
+CONTROL_INTEGRATIONS = CONTROL_METRIC_PREFIX + "integrations"
+"""EntroPIC's law: how many times the step's error entered the integral (``entropic_integral_per``)."""
 CONTROL_ACTUATOR_KEYS = {"cov_ratio": CONTROL_RATIO, "entropy_coef": CONTROL_METRIC_PREFIX + "entropy_coef",
                          "pos_weight": CONTROL_METRIC_PREFIX + "pos_weight"}  # fmt: skip
 """Each actuator's value under its own name (``entropy_control/ratio`` kept for the selection ratio)."""
@@ -62,6 +68,6 @@ def lens_file_for(log: str | Path) -> Path:
 
 __all__ = [
     "CONTROL_ACTUATOR_KEYS", "CONTROL_GATE", "CONTROL_VALUE", "ENTROPY_COEF", "HIGH_ENTROPY_WEIGHT", "POS_WEIGHT",
-    "CONTROL_ENTROPY", "CONTROL_ERROR", "CONTROL_INTEGRAL", "CONTROL_METRIC_PREFIX", "CONTROL_RATIO",
+    "CONTROL_ENTROPY", "CONTROL_ERROR", "CONTROL_INTEGRAL", "CONTROL_INTEGRATIONS", "POS_WEIGHT_NORM", "CONTROL_METRIC_PREFIX", "CONTROL_RATIO",
     "CONTROL_SATURATED", "CONTROL_TARGET", "COV_SELECTED", "LENS_SUFFIX", "OLD_ENTROPY", "lens_file_for",
 ]  # fmt: skip

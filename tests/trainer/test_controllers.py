@@ -38,6 +38,33 @@ def test_skywork_rule_on_a_trajectory_computed_by_hand():
         assert m["entropy_control/error"] == pytest.approx(1.0 - [0.5, 0.6, 1.5, 2.0, 3.0, 3.0, 0.5][step])
 
 
+def test_skywork_defaults_are_the_or1_scripts_values_and_leave_zero_below_target():
+    """Skywork-OR1's or1_scripts/train/*.sh: initial coefficient 0 (ENTROPY_COEFF), delta 0.0001, range [0, 0.005];
+    target 0.2 here. By hand (the rule moves the coefficient before the step uses it):
+      H 0.1: below -> 0.0001, applied 0.0001     H 0.1: below -> 0.0002, applied 0.0002
+      H 0.5: above -> 0.0001, applied 0 (gate)   H 0.5: above -> 0, applied 0    H 0.5: above -> -0.0001 -> 0 (clamped)
+      H 0.1: below -> 0.0001, applied 0.0001: the coefficient leaves 0 as soon as entropy is below the target
+    and 60 steps below the target climb min(0.0001 t, 0.005), on the bound from step 50."""
+    cfg = EntropyControlConfig(enable=True, controller="skywork", actuator="entropy_coef", target=0.2)
+    assert (cfg.coef_init, cfg.skywork_delta, cfg.coef_min, cfg.coef_max) == (0.0, 1e-4, 0.0, 0.005)
+    got = trajectory(EntropyController(cfg), [0.1, 0.1, 0.5, 0.5, 0.5, 0.1])
+    applied = [1e-4, 2e-4, 0.0, 0.0, 0.0, 1e-4]
+    assert [m["entropy_control/value"] for m in got] == pytest.approx(applied, abs=1e-15)
+    assert [m["entropy_control/gate"] for m in got] == [1, 1, 0, 0, 0, 1]
+    assert [m["entropy_control/saturated"] for m in got] == [0, 0, 0, 0, 1, 0]
+    climb = trajectory(EntropyController(cfg), [0.1] * 60)
+    for step, m in enumerate(climb, start=1):
+        assert m["entropy_control/entropy_coef"] == pytest.approx(min(1e-4 * step, 5e-3), abs=1e-15), step
+        assert m["entropy_control/saturated"] == float(step > 50), step
+
+
+def test_pi_on_the_coefficient_needs_a_positive_zero_error_value():
+    """The default coef_init (0, Skywork's start) is outside pi's positive log-space range: an error naming it."""
+    with pytest.raises(ConfigError) as info:
+        EntropyControlConfig(enable=True, controller="pi", actuator="entropy_coef", coef_min=1e-4)
+    assert info.value.key == "verl_ext.entropy_control.coef_init" and "[coef_min, coef_max]" in info.value.message
+
+
 def test_entropic_law_on_a_trajectory_computed_by_hand():
     """EntroPIC on its own actuator: alpha = clip(kp (H - H*) + ki I_{t-1}, -1, 1), I_t = I_{t-1} + (H* - H) in
     verl_ext's sign (d = -1, u0 = 0). Target 1, kp 1, ki 0.5:
@@ -47,13 +74,45 @@ def test_entropic_law_on_a_trajectory_computed_by_hand():
       H 3.0: e = -2.0, alpha = -(-2 + 0.5 * -0.1)   =  2.05 -> 1 (clamped), I = -2.1 (no anti-windup)
       H 1.0: e =  0.0, alpha = -(0 + 0.5 * -2.1)    =  1.05 -> 1 (clamped), I = -2.1"""
     cfg = EntropyControlConfig(enable=True, controller="entropic", actuator="pos_weight", target=1.0, entropic_kp=1.0,
-                               entropic_ki=0.5)  # fmt: skip
+                               entropic_ki=0.5, entropic_integral_per="step")  # fmt: skip
     got = trajectory(EntropyController(cfg), [1.4, 1.2, 0.5, 3.0, 1.0])
     expected = [(0.4, -0.4, 0), (0.4, -0.6, 0), (-0.2, -0.1, 0), (1.0, -2.1, 1), (1.0, -2.1, 1)]
     for step, (m, (alpha, integral, saturated)) in enumerate(zip(got, expected)):
         assert m["entropy_control/pos_weight"] == pytest.approx(alpha, abs=1e-12), step
         assert m["entropy_control/integral"] == pytest.approx(integral, abs=1e-12), step
         assert m["entropy_control/saturated"] == saturated, step
+
+
+def test_entropic_integrates_once_per_optimiser_mini_batch_by_default():
+    """EntroPIC's cadence (entropic_integral_per=mini_batch, the default): the step's error enters the integral once
+    per optimiser mini-batch; alpha uses the integral before the step. Target 1, kp 1, ki 0.5, 4 mini-batches:
+      H 1.4: e = -0.4, alpha = -(-0.4 + 0.5 * 0)    =  0.4,  I = 4 * -0.4       = -1.6
+      H 1.2: e = -0.2, alpha = -(-0.2 + 0.5 * -1.6) =  1.0,  I = -1.6 + 4 * -0.2 = -2.4
+      H 0.5: e =  0.5, alpha = -(0.5 + 0.5 * -2.4)  =  0.7,  I = -2.4 + 4 * 0.5  = -0.4
+    With entropic_integral_per=step the same mini-batch count changes nothing (the test above's law)."""
+    cfg = EntropyControlConfig(enable=True, controller="entropic", actuator="pos_weight", target=1.0, entropic_kp=1.0,
+                               entropic_ki=0.5)  # fmt: skip
+    assert cfg.entropic_integral_per == "mini_batch"
+    controller = EntropyController(cfg)
+    got = [controller.update(step, h, 4)[1] for step, h in enumerate([1.4, 1.2, 0.5], start=1)]
+    for m, (alpha, integral) in zip(got, [(0.4, -1.6), (1.0, -2.4), (0.7, -0.4)]):
+        assert m["entropy_control/pos_weight"] == pytest.approx(alpha, abs=1e-12)
+        assert m["entropy_control/integral"] == pytest.approx(integral, abs=1e-12)
+        assert m["entropy_control/integrations"] == 4.0
+    per_step = EntropyController(EntropyControlConfig.from_mapping({**cfg.__dict__, "entropic_integral_per": "step"}))
+    assert [per_step.update(s, h, 4)[1]["entropy_control/integral"] for s, h in [(1, 1.4), (2, 1.2)]] == pytest.approx(
+        [-0.4, -0.6], abs=1e-12)
+
+
+def test_the_driver_counts_the_optimiser_mini_batches_as_verl_splits_the_batch(compose):
+    """ppo_epochs x responses // (ppo_mini_batch_size x rollout.n): the integrations of EntroPIC's integral."""
+    from verl_ext.driver.mixin import VerlExtDriver
+
+    cfg = compose("verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.controller=entropic",
+                  "verl_ext.entropy_control.actuator=pos_weight", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                  "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_epochs=3")  # fmt: skip
+    driver = VerlExtDriver(cfg)
+    assert driver.optimiser_steps(64) == 3 * 8 and driver.optimiser_steps(8) == 3 and driver.optimiser_steps(4) == 3
 
 
 def test_pi_on_the_entropy_coefficient_raises_it_below_target_and_lowers_it_above():
@@ -69,7 +128,7 @@ def test_pi_on_the_entropy_coefficient_raises_it_below_target_and_lowers_it_abov
 def test_entropic_drives_the_coefficient_the_other_way_round_from_its_own_actuator():
     """The same law on entropy_coef (d = +1): entropy below target raises the coefficient from its zero-error value."""
     cfg = EntropyControlConfig(enable=True, controller="entropic", actuator="entropy_coef", target=1.0,
-                               entropic_kp=0.01, entropic_ki=0.0, coef_init=0.005)  # fmt: skip
+                               entropic_kp=0.01, entropic_ki=0.0, coef_init=0.005, coef_max=0.05)  # fmt: skip
     assert EntropyController(cfg).update(1, 0.5)[0] == pytest.approx(0.005 + 0.01 * 0.5, rel=1e-12)
 
 
@@ -90,6 +149,14 @@ def test_refused_pairs_name_the_key_and_say_why(controller, actuator):
      ({"controller": "entropic", "actuator": "pos_weight", "weight_max": 2.0}, "weight_min", "<= 1.0"),
      ({"controller": "skywork", "actuator": "entropy_coef", "skywork_delta": 0}, "skywork_delta", "> 0"),
      ({"entropic_ki": -1}, "entropic_ki", ">= 0"),
+     ({"controller": "entropic", "actuator": "pos_weight", "entropic_integral_per": "micro_batch"},
+      "entropic_integral_per", "['mini_batch', 'step']"),
+     ({"controller": "entropic", "actuator": "pos_weight", "weight_norm": "tokens"}, "weight_norm",
+      "['high_prob', 'all_tokens']"),
+     ({"controller": "pi", "actuator": "cov_ratio", "entropic_integral_per": "step"}, "entropic_integral_per",
+      "controller=pi ignores it"),
+     ({"controller": "entropic", "actuator": "entropy_coef", "weight_norm": "all_tokens"}, "weight_norm",
+      "actuator=entropy_coef ignores it"),
      ({"controller": "skywork", "actuator": "entropy_coef", "kp": 5.0}, "kp", "controller=skywork ignores it"),
      ({"controller": "entropic", "actuator": "pos_weight", "coef_max": 0.1}, "coef_max", "actuator=pos_weight ignores it"),
      ({"ratio_init": 0.01, "actuator": "entropy_coef", "coef_min": 0.001}, "ratio_init", "read by actuator=cov_ratio only")],
@@ -142,11 +209,14 @@ def test_loss_side_actuators_reach_the_update_as_a_field(compose, controller, ac
     metrics = trainer._update_actor(batch).meta_info["metrics"]
     sent = trainer.actor_rollout_wg.updates[-1][field]
     value = metrics["entropy_control/value"]
-    # entropy 0.5 below the target 2: skywork raises the coefficient from 0.005; entropic lowers alpha below 0
-    assert value == (pytest.approx(0.006) if controller == "skywork" else pytest.approx(-1.0))
+    # entropy 0.5 below the target 2: skywork raises the coefficient from 0 by 0.0001; entropic lowers alpha below 0
+    assert value == (pytest.approx(1e-4) if controller == "skywork" else pytest.approx(-1.0))
     values = [float(v) for row in sent.unbind() for v in row]
     assert values and all(v == pytest.approx(value) for v in values), values
     assert "cov_selected" not in trainer.actor_rollout_wg.updates[-1].keys()
+    if actuator == "pos_weight":  # EntroPIC's normalisation by the high-probability tokens (weight_norm=high_prob)
+        norm = trainer.actor_rollout_wg.updates[-1]["pos_weight_norm"]
+        assert all(float(v) == 1.0 for row in norm.unbind() for v in row)
 
 
 def test_entropy_coef_actuator_refuses_a_fixed_entropy_coefficient(compose):

@@ -315,3 +315,84 @@ def test_file_log_continues_from_the_checkpoint_a_run_resumes_from(compose, tmp_
     with continuing_file_log(resume_path):
         tracking.FileLogger("p", "e").finish()
     assert [json.loads(line)["step"] for line in log.read_text().splitlines()] == [1, 2]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the loss-side actuators in the actor loss: EntroPIC's normalisation, and the terms are in the loss
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _loss_inputs(extra: dict[str, float], seed: int = 0):
+    """A 4-sequence micro-batch of a mini-batch of ``2 x`` its tokens (so the micro-batch's share is 1/2), in verl's
+    no-padding layout, float64; current log-probs near 0 so that some tokens are high-probability (pi > 0.95).
+    ``extra``: batch fields set to one value on every token."""
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.config import FSDPOptimizerConfig
+    from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
+
+    from verl_ext.config import PolicyLossConfig
+    from verl_ext.testbed.engine import make_batch
+    from verl_ext.trainer.actor_config import FSDPActorConfig
+
+    gen = torch.Generator().manual_seed(seed)
+    prompts = [[5, 6, 7], [8, 9], [10, 11, 12, 13], [14]]
+    responses = [[20, 21, 22, 23, 24], [25, 26], [27, 28, 29], [30, 31, 32, 33, 34, 35]]
+    shape = (4, max(map(len, responses)))
+    fields = {"advantages": torch.randn(*shape, generator=gen, dtype=torch.float64),
+              "old_log_probs": -torch.rand(*shape, generator=gen, dtype=torch.float64) * 0.1,
+              **{k: torch.full(shape, v, dtype=torch.float64) for k, v in extra.items()}}  # fmt: skip
+    data = left_right_2_no_padding(make_batch(prompts, responses, response_fields=fields))
+    n_tokens = int(data["response_mask"].sum())
+    tu.assign_non_tensor(data, dp_size=1, batch_num_tokens=2 * n_tokens, global_batch_size=8)
+    total = int(data["input_ids"].values().shape[0])
+    flat = (-torch.rand(total, generator=gen, dtype=torch.float64) * 0.1).requires_grad_(True)
+    entropy = torch.rand(total, generator=gen, dtype=torch.float64) + 0.5
+    config = FSDPActorConfig(strategy="fsdp2", rollout_n=1, ppo_mini_batch_size=4, ppo_micro_batch_size_per_gpu=4,
+                             optim=FSDPOptimizerConfig(lr=1e-3), policy_loss=PolicyLossConfig(loss_mode="vanilla"),
+                             loss_agg_mode="token-mean", entropy_coeff=0.0)  # fmt: skip
+    return config, data, flat, entropy, (lambda t: no_padding_2_padding(t, data))
+
+
+def _loss(extra: dict[str, float], seed: int = 0):
+    from verl_ext.trainer.actor_loss import ppo_loss
+
+    config, data, flat, entropy, padded = _loss_inputs(extra, seed)
+    loss, metrics = ppo_loss(config, {"log_probs": flat, "entropy": entropy}, data.clone())
+    values = {k: float(m.aggregate()) if hasattr(m, "aggregate") else float(m) for k, m in metrics.items()}
+    fields = data.select("response_mask", "advantages", "old_log_probs").to_padded_tensor()
+    return float(loss.detach()), values, padded(flat.detach()), padded(entropy), fields["response_mask"].bool(), fields
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_entropic_term_is_normalised_by_the_micro_batchs_high_probability_tokens(seed):
+    """weight_norm=high_prob (EntroPIC's ``agg_loss(-r |A|, mask=high_prob)`` per micro-batch, weighted by the
+    micro-batch's share): term = alpha * (N_mb / N_mini) * mean_{HP}(-r |A|); all_tokens: alpha * sum_HP(-r |A|) /
+    N_mini. Recomputed here from the padded tensors, and the loss moves by exactly the term."""
+    alpha = 0.7
+    base, _, lp, _, mask, fields = _loss({}, seed)
+    adv, old = fields["advantages"], fields["old_log_probs"]
+    high = mask & (lp > math.log(0.95))
+    n, n_high = int(mask.sum()), int(high.sum())
+    assert 0 < n_high < n  # the fixture splits the tokens
+    summed = float(torch.where(high, -torch.exp(lp - old) * adv.abs(), 0.0).sum())
+    want = {1.0: alpha * (n / (2 * n)) * summed / n_high, 0.0: alpha * summed / (2 * n)}
+    for norm, expected in want.items():
+        loss, metrics, *_ = _loss({"pos_weight": alpha, "pos_weight_norm": norm}, seed)
+        assert metrics["actor/entropic/term"] == pytest.approx(expected, rel=1e-9), norm
+        assert loss - base == pytest.approx(expected, rel=1e-9, abs=1e-12), norm
+        assert metrics["actor/entropic/loss_change"] == pytest.approx(expected, rel=1e-9), norm
+
+
+def test_loss_change_metrics_measure_the_loss_itself():
+    """``actor/entropy_control/loss_change`` / ``actor/entropic/loss_change`` are what the returned loss moved by
+    when the term was added: -agg(c H) / EntroPIC's term, and the difference of two real losses (with and without
+    the field). The e2e recipes assert them non-zero: they are 0 if the term never reaches the loss."""
+    base, *_ = _loss({})
+    loss, metrics, _, entropy, mask, _ = _loss({"entropy_coef": 0.01})
+    term = 0.01 * float(entropy[mask].sum()) / (2 * int(mask.sum()))
+    assert metrics["actor/entropy_control/entropy_term"] == pytest.approx(term, rel=1e-9)
+    assert metrics["actor/entropy_control/loss_change"] == pytest.approx(-term, rel=1e-9)
+    assert loss - base == pytest.approx(-term, rel=1e-9)
+    loss, metrics, *_ = _loss({"pos_weight": -0.5, "pos_weight_norm": 1.0})
+    assert metrics["actor/entropic/loss_change"] != 0.0
+    assert loss - base == pytest.approx(metrics["actor/entropic/loss_change"], rel=1e-9)

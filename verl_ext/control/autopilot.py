@@ -19,19 +19,24 @@ from typing import Any, ClassVar
 
 from verl_ext.config import PrefixedConfig
 from verl_ext.contract import (CONTROL_ACTUATOR_KEYS, CONTROL_ENTROPY, CONTROL_ERROR, CONTROL_GATE, CONTROL_INTEGRAL,
-                               CONTROL_SATURATED, CONTROL_TARGET, CONTROL_VALUE)
+                               CONTROL_INTEGRATIONS, CONTROL_SATURATED, CONTROL_TARGET, CONTROL_VALUE)
 from verl_ext.control.actuators import ACTUATORS, PAIRS, REFUSED, Actuator, actuator_from_config
 from verl_ext.control.controllers import CONTROLLERS, Controller, make_controller, state_dict
 
 AUTOPILOT_CONFIG_PREFIX = "verl_ext.entropy_control."
 SCHEDULES = ("constant", "linear", "cosine")
+WEIGHT_NORMS = ("high_prob", "all_tokens")
+"""``weight_norm``: what EntroPIC's term is normalised by (:mod:`verl_ext.trainer.actor_loss`)."""
+INTEGRAL_CADENCES = ("mini_batch", "step")
+"""``entropic_integral_per``: how often EntroPIC's integral takes the error (:mod:`~verl_ext.control.controllers`)."""
 
 OWNED_KEYS = {
     "kp": ("controller", "pi"), "ki": ("controller", "pi"), "skywork_delta": ("controller", "skywork"),
     "entropic_kp": ("controller", "entropic"), "entropic_ki": ("controller", "entropic"),
+    "entropic_integral_per": ("controller", "entropic"),
     **{f"ratio_{k}": ("actuator", "cov_ratio") for k in ("min", "max", "init")},
     **{f"coef_{k}": ("actuator", "entropy_coef") for k in ("min", "max", "init")},
-    **{f"weight_{k}": ("actuator", "pos_weight") for k in ("min", "max", "init")},
+    **{f"weight_{k}": ("actuator", "pos_weight") for k in ("min", "max", "init", "norm")},
 }  # fmt: skip
 """Keys that only one controller or actuator reads: set away from its default while another is chosen, it would be
 ignored, so it is an error."""
@@ -84,8 +89,9 @@ class EntropyControlConfig(PrefixedConfig):
     to its target among (2, 0.5), (10, 2) and (20, 5) on verl_ext's former in-process demo; on verl's trainer
     (``python -m verl_ext.demo``) their tracking is measured in docs/autopilot.md."""
 
-    skywork_delta: float = 0.001
-    """``skywork``: the step ``delta`` of the coefficient per training step (> 0; Skywork-OR1's 7B script: 0.001)."""
+    skywork_delta: float = 1e-4
+    """``skywork``: the step ``delta`` of the coefficient per training step (> 0; Skywork-OR1: 0.0001, the
+    ``DELTA_ENT_COEF`` of every ``or1_scripts/train/*.sh``; their yaml's 0.001 is overridden by every script)."""
 
     entropic_kp: float = 1.0
     """``entropic``: proportional gain on ``H* - H`` (>= 0; EntroPIC's ``entropy_control_p`` = 1)."""
@@ -93,15 +99,24 @@ class EntropyControlConfig(PrefixedConfig):
     entropic_ki: float = 0.01
     """``entropic``: integral gain on the accumulated ``H* - H`` (>= 0; EntroPIC's ``entropy_control_i`` = 0.01)."""
 
+    entropic_integral_per: str = "mini_batch"
+    """``entropic``: how often the integral takes the error. ``mini_batch`` (EntroPIC's cadence: their integral grows
+    by one error per optimiser mini-batch) adds the step's error once per optimiser mini-batch of the step
+    (``ppo_epochs x`` the mini-batches of the training batch), each time the same pre-update entropy error; ``step``
+    adds it once per training step (verl_ext's cadence before; with DAPO's 8 mini-batches an 8x weaker integral)."""
+
     coef_min: float = 0.0
-    """``entropy_coef``: smallest coefficient (>= 0; Skywork-OR1: 0). ``pi`` works in log space: set it > 0."""
+    """``entropy_coef``: smallest coefficient (>= 0; Skywork-OR1: 0, ``MIN_ENT_COEF`` of their
+    ``or1_scripts/train/*.sh``). ``pi`` works in log space: set it > 0 (and ``coef_init`` with it)."""
 
-    coef_max: float = 0.5
-    """``entropy_coef``: largest coefficient (> coef_min; Skywork-OR1's 7B script as read: 0.5)."""
+    coef_max: float = 0.005
+    """``entropy_coef``: largest coefficient (> coef_min; Skywork-OR1: 0.005, ``MAX_ENT_COEF`` of their
+    ``or1_scripts/train/*.sh``; their yaml's 0.5 is overridden by every script)."""
 
-    coef_init: float = 0.005
+    coef_init: float = 0.0
     """``entropy_coef``: start value (``skywork``) or value at zero error (``pi``, ``entropic``), in
-    [coef_min, coef_max] (Skywork-OR1's 7B script: 0.005)."""
+    [coef_min, coef_max] (Skywork-OR1: 0, the ``ENTROPY_COEFF`` their ``or1_scripts/train/*.sh`` pass as the
+    controller's initial coefficient). ``pi`` needs a value > 0."""
 
     weight_min: float = -1.0
     """``pos_weight``: smallest alpha (>= -1; EntroPIC clips alpha to [-1, 1])."""
@@ -111,6 +126,12 @@ class EntropyControlConfig(PrefixedConfig):
 
     weight_init: float = 0.0
     """``pos_weight``: alpha at zero error (EntroPIC: 0, the plain loss), in [weight_min, weight_max]."""
+
+    weight_norm: str = "high_prob"
+    """``pos_weight``: what EntroPIC's term ``alpha * sum_HP(-r |A|)`` is divided by. ``high_prob`` (EntroPIC's): the
+    high-probability tokens of each micro-batch, each micro-batch weighted by its share of the mini-batch's tokens;
+    ``all_tokens``: all valid tokens of the mini-batch (verl's token-mean; the gain is then ``N_hp / N`` times
+    EntroPIC's)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.enable, bool):
@@ -142,6 +163,12 @@ class EntropyControlConfig(PrefixedConfig):
         for key in ("kp", "ki", "entropic_kp", "entropic_ki"):
             if _number(key, getattr(self, key)) < 0:
                 raise EntropyControlConfig.error(key, f"{getattr(self, key)!r} is invalid: allowed a number >= 0")
+        if self.weight_norm not in WEIGHT_NORMS:
+            raise EntropyControlConfig.error("weight_norm", f"{self.weight_norm!r} is invalid: allowed one of "
+                                             f"{list(WEIGHT_NORMS)}")  # fmt: skip
+        if self.entropic_integral_per not in INTEGRAL_CADENCES:
+            raise EntropyControlConfig.error("entropic_integral_per", f"{self.entropic_integral_per!r} is invalid: "
+                                             f"allowed one of {list(INTEGRAL_CADENCES)}")  # fmt: skip
         if _number("skywork_delta", self.skywork_delta) <= 0:
             raise EntropyControlConfig.error("skywork_delta", f"{self.skywork_delta!r} is invalid: allowed a number > 0")
         if self.controller not in CONTROLLERS:
@@ -227,11 +254,27 @@ class EntropyController:
     def state(self):
         return self.controller.state
 
-    def update(self, step: int, entropy: float) -> tuple[float, dict[str, float]]:
+    def integrations(self, mini_batches: int) -> int:
+        """How many times the step's error enters the integral (``entropic``): ``mini_batches`` (the step's optimiser
+        mini-batches) with ``entropic_integral_per=mini_batch``, else 1."""
+        if isinstance(mini_batches, bool) or not isinstance(mini_batches, int) or mini_batches < 1:
+            raise ValueError(f"mini_batches must be an integer >= 1 (the step's optimiser mini-batches); got "
+                             f"{mini_batches!r}")  # fmt: skip
+        return mini_batches if self.config.entropic_integral_per == "mini_batch" else 1
+
+    def update(self, step: int, entropy: float, mini_batches: int = 1) -> tuple[float, dict[str, float]]:
         """The actuator's value for step ``step`` given the batch's measured per-token ``entropy``, and the step's
-        metrics (``entropy_control/*``)."""
+        metrics (``entropy_control/*``). ``mini_batches``: the step's optimiser mini-batches (``ppo_epochs x`` the
+        training batch's mini-batches), the number of integrations of ``entropic`` with ``entropic_integral_per=
+        mini_batch``; the other controllers ignore it."""
         target = target_at(self.config, step, self.total_steps)
-        decided = self.controller.step(target, float(entropy), self.actuator)
+        metrics_extra: dict[str, float] = {}
+        if self.controller.name == "entropic":
+            k = self.integrations(mini_batches)
+            decided = self.controller.step(target, float(entropy), self.actuator, integrations=k)  # type: ignore[call-arg]
+            metrics_extra[CONTROL_INTEGRATIONS] = float(k)
+        else:
+            decided = self.controller.step(target, float(entropy), self.actuator)
         self.controller.state.step = int(step)
         metrics = {
             CONTROL_TARGET: target,
@@ -244,6 +287,7 @@ class EntropyController:
         }
         if decided.gate is not None:
             metrics[CONTROL_GATE] = decided.gate
+        metrics.update(metrics_extra)
         return decided.value, metrics
 
     def state_dict(self) -> dict[str, Any]:
@@ -266,6 +310,8 @@ class EntropyController:
 __all__ = [
     "EntropyControlConfig",
     "EntropyController",
+    "INTEGRAL_CADENCES",
     "SCHEDULES",
+    "WEIGHT_NORMS",
     "target_at",
 ]

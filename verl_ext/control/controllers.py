@@ -22,12 +22,20 @@ integral taken *before* this step's error and no anti-windup (the output is clam
 
     e_t     = H*_t - H_t
     u_t     = clamp(u0 + d (kp e_t + ki I_{t-1}),  lo,  hi)
-    I_t     = I_{t-1} + e_t
+    I_t     = I_{t-1} + k_t e_t
 
 On EntroPIC's own actuator (``pos_weight``: ``d = -1``, ``u0 = 0``, range [-1, 1]) this is their
-``alpha = clip(Kp (H - H*) + Ki I, -1, 1)``. Their code measures ``H`` per micro-batch in the update and adds each
-micro-batch's share to ``I``; verl_ext measures the training batch's entropy once per step, before the update (no
-host sync in the update, the same value whatever the micro-batching or the GPU count).
+``alpha = clip(Kp (H - H*) + Ki I, -1, 1)``. ``k_t`` is the number of integrations of step ``t``: 1 with
+``entropic_integral_per=step``; with ``mini_batch`` (the default, EntroPIC's cadence) the number of optimiser
+mini-batches of the step (``ppo_epochs x`` mini-batches per epoch), each integrating the same ``e_t``.
+
+Their code measures ``H`` per micro-batch in the update (the current policy's entropy), recomputes alpha for every
+micro-batch from it and from the integral so far, and adds each micro-batch's share of its error to ``I``, so ``I``
+grows by one error per optimiser mini-batch. verl_ext measures the training batch's entropy once per step, before
+the update (the old-log-prob pass: no host sync in the update, the same value whatever the micro-batching or the GPU
+count) and holds alpha for the step; ``mini_batch`` gives the integral their per-step growth (``k_t`` errors), and
+differs from theirs in that every mini-batch's error is the step's pre-update entropy error and alpha does not change
+within the step.
 """
 
 from __future__ import annotations
@@ -131,11 +139,14 @@ class EntroPICController:
         self.kp, self.ki = float(kp), float(ki)
         self.state = ControllerState()
 
-    def step(self, target: float, entropy: float, actuator: Actuator) -> ControlStep:
+    def step(self, target: float, entropy: float, actuator: Actuator, integrations: int = 1) -> ControlStep:
+        """``integrations``: how many times the step's error enters the integral (``k_t``, >= 1)."""
+        if isinstance(integrations, bool) or not isinstance(integrations, int) or integrations < 1:
+            raise ValueError(f"the entropic controller integrates k >= 1 times a step; got {integrations!r}")
         error = target - entropy
         unclamped = actuator.init + actuator.direction * (self.kp * error + self.ki * self.state.integral)
         value = _clamp(unclamped, actuator.lo, actuator.hi)
-        self.state.integral += error
+        self.state.integral += integrations * error
         self.state.value = value
         return ControlStep(value, error, self.state.integral, value != unclamped)
 

@@ -32,13 +32,15 @@ AUTOPILOT_BOUNDS = (1e-3, 0.5)
 CONTROL_RUNS: dict[str, tuple[str, tuple[str, ...]]] = {
     AUTOPILOT_RUN: ("clip_cov", ("controller=pi", "actuator=cov_ratio", f"ratio_min={AUTOPILOT_BOUNDS[0]}",
                                  f"ratio_max={AUTOPILOT_BOUNDS[1]}")),
-    "pi_coef": ("vanilla", ("controller=pi", "actuator=entropy_coef", "coef_min=0.0001", "coef_max=0.1")),
+    "pi_coef": ("vanilla", ("controller=pi", "actuator=entropy_coef", "coef_min=0.0001", "coef_max=0.1",
+                             "coef_init=0.005")),
     "skywork": ("vanilla", ("controller=skywork", "actuator=entropy_coef")),
     "entropic": ("vanilla", ("controller=entropic", "actuator=pos_weight")),
 }
 """Runs that hold ``--entropy-target`` with the entropy autopilot: run name -> (loss, ``verl_ext.entropy_control`` keys
 beside ``enable`` and ``target``). Every other key keeps its default (the papers' values: Skywork-OR1's coefficient
-0.005 +- 0.001 in [0, 0.5], EntroPIC's gains 1 / 0.01; verl_ext's pi gains 10 / 2)."""
+from 0, +- 0.0001 in [0, 0.005] (their or1_scripts/train/*.sh), EntroPIC's gains 1 / 0.01; verl_ext's pi gains 10 / 2).
+``pi_coef`` sets its zero-error coefficient 0.005 (pi works in log space: the default 0 is Skywork's start)."""
 
 RUN_NAMES = (*LOSSES, *CONTROL_RUNS)
 

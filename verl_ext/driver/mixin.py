@@ -77,14 +77,23 @@ class VerlExtDriver:
         """The old-log-prob pass's per-token entropy of this step's batch (padded tensors)."""
         self.entropy = float(masked_mean(entropy.detach().to(torch.float64), response_mask.bool()))  # per token
 
-    def control_value(self, global_step: int, metrics: dict) -> float | None:
-        """The autopilot's actuator value for ``global_step`` (``None`` without autopilot); adds its metrics."""
+    def optimiser_steps(self, batch_responses: int) -> int:
+        """The optimiser mini-batches of a step whose training batch holds ``batch_responses`` responses, as verl's
+        trainers split it: ``ppo_epochs x batch_responses // (ppo_mini_batch_size x rollout.n)`` (at least 1)."""
+        actor = self.config.actor_rollout_ref.actor
+        mini = int(actor.ppo_mini_batch_size) * int(self.config.actor_rollout_ref.rollout.n)
+        epochs = int(config_value(actor, "ppo_epochs", 1) or 1)
+        return epochs * max(1, int(batch_responses) // max(1, mini))
+
+    def control_value(self, global_step: int, metrics: dict, mini_batches: int = 1) -> float | None:
+        """The autopilot's actuator value for ``global_step`` (``None`` without autopilot); adds its metrics.
+        ``mini_batches``: the step's optimiser mini-batches (:meth:`optimiser_steps`; EntroPIC's integral cadence)."""
         if self.controller is None:
             return None
         if self.entropy is None:
             raise RuntimeError("verl_ext entropy autopilot: no entropy observed for this step's batch (the "
                                "old-log-prob pass must run; rollout_correction.bypass_mode skips it)")  # fmt: skip
-        value, control_metrics = self.controller.update(global_step, self.entropy)
+        value, control_metrics = self.controller.update(global_step, self.entropy, mini_batches)
         metrics.update(control_metrics)
         self.entropy = None
         return value

@@ -7,7 +7,8 @@ Per micro-batch, as verl's ``verl.workers.utils.losses.ppo_loss``::
     L = L_pg(log_prob, old_log_prob, A [, entropy, old_entropy | cov_selected | high_entropy_weight])
         - entropy_coeff * agg(H)                           (when the engine computed H)
         - agg(c_t * H)                                     (the autopilot's entropy_coef actuator: batch field)
-        + alpha_t * agg_{pi > 0.95}(-r |A|)                 (the autopilot's pos_weight actuator, EntroPIC)
+        + alpha_t * agg_{pi > 0.95}(-r |A|) * N / N_hp      (the autopilot's pos_weight actuator, EntroPIC; N / N_hp
+                                                            of the micro-batch with weight_norm=high_prob, else 1)
         + kl_loss_coef * agg(KL)  or  agg(clip(KL))        (use_kl_loss; clip per kl_clip_method)
 
 with ``agg`` verl's ``agg_loss`` over the actor's ``loss_agg_mode`` and global batch info (so sums over
@@ -24,7 +25,9 @@ What verl_ext adds:
   ``high_entropy``.
 * the entropy autopilot's loss-side actuators: the step's coefficient on verl's entropy term (batch field
   ``entropy_coef``; verl's own ``entropy_coeff`` is then 0) and EntroPIC's term (batch field ``pos_weight``,
-  :mod:`verl_ext.losses.entropic`).
+  :mod:`verl_ext.losses.entropic`, normalised by the micro-batch's high-probability tokens as EntroPIC's code does
+  when the batch field ``pos_weight_norm`` is 1: :func:`high_prob_normaliser`). Each logs what it changed the loss
+  by (``actor/entropy_control/loss_change``, ``actor/entropic/loss_change``), measured on the loss tensor itself.
 * KL clipping (:mod:`verl_ext.losses.kl_clip`) with metrics ``actor/kl_clip/{raw_kl,clipped_kl,frac_above}``.
 
 Why not a wrapper around verl's ``ppo_loss``: that function looks up the policy loss and calls it with a
@@ -36,6 +39,7 @@ pieces (``agg_loss``, ``kl_penalty``, ``get_policy_loss_fn``, ``Metric``, ``no_p
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -45,16 +49,16 @@ from verl.utils.metric import AggregationType, Metric
 from verl.workers.utils.padding import no_padding_2_padding
 
 from verl_ext.config import loss_mode_of
-from verl_ext.contract import ENTROPY_COEF, HIGH_ENTROPY_WEIGHT, POS_WEIGHT
+from verl_ext.contract import ENTROPY_COEF, HIGH_ENTROPY_WEIGHT, POS_WEIGHT, POS_WEIGHT_NORM
 from verl_ext.losses import CURRENT_ENTROPY_LOSSES, TOKEN_MEAN_METRICS
-from verl_ext.losses.entropic import entropic_term
+from verl_ext.losses.entropic import HIGH_PROB_THRESHOLD, entropic_term
 from verl_ext.losses.kl_clip import clipped_kl_matrix
 from verl_ext.trainer.hooks import (COV_SELECTED, OLD_ENTROPY, needs_batch_selection, needs_entropy_selection,
                                    needs_old_entropy)
 
 BASE_FIELDS = ("response_mask", "old_log_probs", "advantages")
 OPTIONAL_FIELDS = ("rollout_is_weights", "ref_log_prob", OLD_ENTROPY, COV_SELECTED, HIGH_ENTROPY_WEIGHT,
-                   ENTROPY_COEF, POS_WEIGHT)  # fmt: skip
+                   ENTROPY_COEF, POS_WEIGHT, POS_WEIGHT_NORM)  # fmt: skip
 
 
 def _set_global_batch_info(config: Any, data: TensorDict) -> AggregationType:
@@ -129,6 +133,22 @@ def policy_loss_extras(config: Any, batch: TensorDict, entropy: torch.Tensor | N
     return extras
 
 
+def high_prob_normaliser(log_prob: torch.Tensor, mask: torch.Tensor, by_high_prob: torch.Tensor) -> torch.Tensor:
+    """EntroPIC's normalisation of its term (``weight_norm=high_prob``): ``N / N_hp`` of this micro-batch (its valid
+    tokens over its high-probability ones, ``pi > 0.95`` under the current policy), which turns the term's verl
+    aggregation over all valid tokens into EntroPIC's mean over the micro-batch's high-probability tokens, weighted by
+    the micro-batch's share of the mini-batch (for ``token-mean``: ``alpha * (N_mb / N_mini) * mean_{HP of mb}(-r
+    |A|)``; for the sequence modes the same factor on verl's sequence aggregation). 1 where ``by_high_prob`` (the
+    batch field ``pos_weight_norm``) is 0 (``all_tokens``) or the micro-batch has no high-probability token (the term
+    is 0 then). A 0-d tensor; no host sync."""
+    mask = mask.bool()
+    high = mask & (log_prob.detach() > math.log(HIGH_PROB_THRESHOLD))
+    n_high = high.sum()
+    ratio = mask.sum().to(torch.float64) / n_high.clamp(min=1).to(torch.float64)
+    wanted = (by_high_prob.to(torch.bool) & mask).any() & (n_high > 0)
+    return torch.where(wanted, ratio, torch.ones_like(ratio)).to(log_prob.dtype)
+
+
 def kl_loss(
     config: Any, log_prob: torch.Tensor, ref_log_prob: torch.Tensor, mask: torch.Tensor
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -183,8 +203,12 @@ def ppo_loss(config: Any, model_output: Any, data: TensorDict, dp_group: Any = N
         if ENTROPY_COEF in batch.keys():  # the autopilot's coefficient (actor entropy_coeff is 0: checked at config time)
             weighted = agg_loss(loss_mat=entropy * batch[ENTROPY_COEF].to(entropy.dtype), loss_mask=response_mask,
                                 loss_agg_mode=config.loss_agg_mode, **config.global_batch_info)  # fmt: skip
+            before = policy_loss.detach()
             policy_loss = policy_loss - weighted
             metrics["actor/entropy_control/entropy_term"] = Metric(value=weighted.detach(), aggregation=aggregation)
+            # what the loss itself changed by: 0 unless the term is in the loss the backward pass sees
+            metrics["actor/entropy_control/loss_change"] = Metric(value=policy_loss.detach() - before,
+                                                                  aggregation=aggregation)  # fmt: skip
     elif ENTROPY_COEF in batch.keys():
         raise ValueError("verl_ext: the batch carries the autopilot's entropy coefficient but the update forward "
                          "computed no entropy (verl_ext's actor worker turns it on for this field)")  # fmt: skip
@@ -192,9 +216,14 @@ def ppo_loss(config: Any, model_output: Any, data: TensorDict, dp_group: Any = N
     if POS_WEIGHT in batch.keys():
         term, entropic_metrics = entropic_term(log_prob, batch["old_log_probs"], batch["advantages"], response_mask,
                                                batch[POS_WEIGHT], config.loss_agg_mode, config)  # fmt: skip
+        if POS_WEIGHT_NORM in batch.keys():
+            term = term * high_prob_normaliser(log_prob, response_mask, batch[POS_WEIGHT_NORM])
+        before = policy_loss.detach()
         policy_loss = policy_loss + term
         metrics.update(policy_metrics(entropic_metrics, response_mask, data))
         metrics["actor/entropic/term"] = Metric(value=term.detach(), aggregation=aggregation)
+        # what the loss itself changed by: 0 unless the term is in the loss the backward pass sees
+        metrics["actor/entropic/loss_change"] = Metric(value=policy_loss.detach() - before, aggregation=aggregation)
 
     if config.use_kl_loss:
         if "ref_log_prob" not in batch.keys():
@@ -213,4 +242,4 @@ def ppo_loss(config: Any, model_output: Any, data: TensorDict, dp_group: Any = N
     return policy_loss, metrics
 
 
-__all__ = ["kl_loss", "policy_loss_extras", "policy_metrics", "ppo_loss"]
+__all__ = ["high_prob_normaliser", "kl_loss", "policy_loss_extras", "policy_metrics", "ppo_loss"]

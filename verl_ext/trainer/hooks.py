@@ -13,7 +13,8 @@ that verl splits them into mini- and micro-batches together with every other fie
 * ``high_entropy_weight`` (``high_entropy`` with ``policy_loss.high_entropy_scope=batch``): the top-rho tokens of the
   whole batch by the old pass's entropy, as weights (:func:`verl_ext.losses.high_entropy.high_entropy_weights`).
 * ``entropy_coef`` / ``pos_weight`` (the entropy autopilot's ``entropy_coef`` / ``pos_weight`` actuators): the step's
-  value on every token, read by the actor loss.
+  value on every token, read by the actor loss; with ``pos_weight`` also ``pos_weight_norm`` (1: EntroPIC's term is
+  divided by each micro-batch's high-probability tokens, ``weight_norm=high_prob``; 0: by all valid tokens).
 
 :func:`update_fields` computes all of them (and runs the autopilot) right before the update, for both trainers.
 
@@ -32,7 +33,8 @@ from tensordict import TensorDict
 from verl.workers.utils.padding import response_to_nested
 
 from verl_ext.config import config_value, loss_mode_of, policy_loss_params
-from verl_ext.contract import COV_SELECTED, ENTROPY_COEF, HIGH_ENTROPY_WEIGHT, OLD_ENTROPY, POS_WEIGHT
+from verl_ext.contract import (COV_SELECTED, ENTROPY_COEF, HIGH_ENTROPY_WEIGHT, OLD_ENTROPY, POS_WEIGHT,
+                               POS_WEIGHT_NORM)
 from verl_ext.driver.mixin import VerlExtDriver
 from verl_ext.losses import COV_LOSSES, ERC_LOSSES
 from verl_ext.losses.high_entropy import high_entropy_weights
@@ -165,9 +167,10 @@ def update_fields(
     batch-scope ``high_entropy`` weights from ``entropy`` (the old pass's), and the loss-side actuator's value on
     every token. ``step`` keys Clip-Cov's draw (:func:`selection_step`); metrics go to ``metrics``."""
     fields: dict[str, torch.Tensor] = {}
-    value = driver.control_value(global_steps, metrics)
-    actuator = driver.controller.actuator.name if driver.controller is not None else None
     mask = padded["response_mask"]
+    mini_batches = driver.optimiser_steps(mask.shape[0]) if driver.controller is not None else 1
+    value = driver.control_value(global_steps, metrics, mini_batches)
+    actuator = driver.controller.actuator.name if driver.controller is not None else None
     if needs_batch_selection(actor_config):
         missing = [k for k in SELECTION_INPUTS if k not in padded.keys()]
         if missing:
@@ -189,6 +192,9 @@ def update_fields(
         metrics.update({f"actor/high_entropy/batch_{k}": v for k, v in stats.items()})
     if actuator in ACTUATOR_FIELDS:
         fields[ACTUATOR_FIELDS[actuator]] = torch.full(mask.shape, float(value), dtype=torch.float32)
+    if actuator == "pos_weight":
+        by_high_prob = driver.controller.config.weight_norm == "high_prob"  # type: ignore[union-attr]
+        fields[POS_WEIGHT_NORM] = torch.full(mask.shape, float(by_high_prob), dtype=torch.float32)
     return fields
 
 
