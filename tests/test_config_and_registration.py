@@ -17,6 +17,8 @@ from verl.workers.config import PolicyLossConfig as VerlPolicyLossConfig
 from verl_ext.config import ConfigError, PolicyLossConfig
 
 ROOT = Path(__file__).resolve().parents[1]
+LOSSES = ("clip_cov", "kl_cov", "grpo_erc", "gppo_erc", "high_entropy", "entropy_adv")
+"""verl_ext's six losses (verl_ext.losses.LOSSES), in the order the registry probes print them."""
 
 BAD_VALUES = [
     ("clip_cov_ratio", 0.0, r"\(0, 1\]"),
@@ -86,16 +88,11 @@ def test_fresh_import_of_verl_registers_verl_ext_losses():
     code = (
         "import verl\n"
         "from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY as R\n"
-        "print(*[R[n].__module__ for n in ('clip_cov', 'kl_cov', 'grpo_erc', 'gppo_erc')])\n"
+        f"print(*[R[n].__module__ for n in {LOSSES!r}])\n"
     )
     out = _run([sys.executable, "-c", code])
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == [
-        "verl_ext.losses.clip_cov",
-        "verl_ext.losses.kl_cov",
-        "verl_ext.losses.grpo_erc",
-        "verl_ext.losses.gppo_erc",
-    ]
+    assert out.stdout.split() == [f"verl_ext.losses.{name}" for name in LOSSES]
 
 
 def test_ensure_registered_fails_loudly_when_plugins_are_disabled():
@@ -106,7 +103,7 @@ def test_ensure_registered_fails_loudly_when_plugins_are_disabled():
     assert "verl_ext losses ['clip_cov'] are not registered" in out.stderr
 
 
-@pytest.mark.parametrize("loss", ["clip_cov", "kl_cov", "grpo_erc", "gppo_erc"])
+@pytest.mark.parametrize("loss", LOSSES)
 def test_hydra_group_composes_into_verl_cli(loss):
     """The documented override syntax for verl's own entry point builds verl_ext's dataclass."""
     from hydra import compose, initialize_config_module
@@ -129,7 +126,8 @@ def test_hydra_group_composes_into_verl_cli(loss):
     assert type(built) is PolicyLossConfig
     assert built.loss_mode == loss
     assert built.entropy_mask_low == 0.95
-    expected = {"clip_cov": ("clip_cov_ratio", 0.0002), "kl_cov": ("kl_cov_ratio", 0.002)}
+    expected = {"clip_cov": ("clip_cov_ratio", 0.0002), "kl_cov": ("kl_cov_ratio", 0.002),
+                "high_entropy": ("high_entropy_ratio", 0.2), "entropy_adv": ("entropy_adv_kappa", 2.0)}  # fmt: skip
     if loss in expected:
         key, value = expected[loss]
         assert getattr(built, key) == value
@@ -151,7 +149,7 @@ def test_wheel_ships_configs_and_entry_point(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     wheel = next(tmp_path.glob("verl_ext-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
-    for loss in ("clip_cov", "kl_cov", "grpo_erc", "gppo_erc", "base"):
+    for loss in (*LOSSES, "base"):
         assert f"verl_ext/configs/policy_loss/{loss}.yaml" in names
     recipes = {p.name for p in (ROOT / "recipe").glob("*.sh")}
     assert {n.split("/")[-1] for n in names if n.startswith("verl_ext/recipe/") and n.endswith(".sh")} == recipes
@@ -198,7 +196,7 @@ def test_pyproject_lists_exactly_the_packages_in_the_tree():
 REGISTRY_PROBE = (
     "import verl\n"
     "from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY as R\n"
-    "print(' '.join(R[name].__module__ for name in ('clip_cov', 'kl_cov', 'grpo_erc', 'gppo_erc')))\n"
+    f"print(' '.join(R[name].__module__ for name in {LOSSES!r}))\n"
 )
 
 
@@ -214,8 +212,7 @@ def test_verl_ext_replaces_verl_cov_losses_and_says_so_once_on_rank_0():
     not even a process that inherited RANK=0 from a launcher or a test."""
     done = probe_registry(RANK="0", WG_BACKEND="ray")
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == ["verl_ext.losses.clip_cov", "verl_ext.losses.kl_cov", "verl_ext.losses.grpo_erc",
-                                   "verl_ext.losses.gppo_erc"]  # fmt: skip
+    assert done.stdout.split() == [f"verl_ext.losses.{name}" for name in LOSSES]
     lines = [line for line in done.stderr.splitlines() if "replacing verl's built-ins" in line]
     assert lines == ["verl_ext: clip_cov and kl_cov are verl_ext's (batch-scope selection), replacing verl's built-ins "
                      "of the same names; VERL_EXT_KEEP_VERL_COV=1 keeps verl's"]  # fmt: skip
@@ -224,12 +221,13 @@ def test_verl_ext_replaces_verl_cov_losses_and_says_so_once_on_rank_0():
         assert other.stdout == done.stdout and "clip_cov and kl_cov" not in other.stderr, env
 
 
-def test_keep_verl_cov_switch_keeps_verl_builtins_and_registers_erc():
+def test_keep_verl_cov_switch_keeps_verl_builtins_and_registers_the_others():
     done = probe_registry(RANK="0", WG_BACKEND="ray", VERL_EXT_KEEP_VERL_COV="1")
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["verl.trainer.ppo.core_algos", "verl.trainer.ppo.core_algos",
-                                   "verl_ext.losses.grpo_erc", "verl_ext.losses.gppo_erc"]  # fmt: skip
-    assert "VERL_EXT_KEEP_VERL_COV=1: clip_cov and kl_cov are verl's built-ins" in done.stderr
+                                   *(f"verl_ext.losses.{name}" for name in LOSSES[2:])]  # fmt: skip
+    assert ("VERL_EXT_KEEP_VERL_COV=1: clip_cov and kl_cov are verl's built-ins; verl_ext registered entropy_adv, "
+            "gppo_erc, grpo_erc, high_entropy") in done.stderr
 
 
 @pytest.mark.parametrize("value,loss,message", [
