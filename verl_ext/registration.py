@@ -9,7 +9,8 @@ which fails loudly instead.
 ``clip_cov`` and ``kl_cov`` are also names of verl's built-in losses: verl_ext replaces them (batch-scope
 selection, reproducible, sync-free; a different ``pg_loss`` and ``actor/pg_clipfrac``) in every verl process of
 the environment, and says so in one line on the rank-0 training worker. ``VERL_EXT_KEEP_VERL_COV=1`` keeps
-verl's built-ins under those names (verl_ext then registers ``grpo_erc`` and ``gppo_erc`` only).
+verl's built-ins under those names (verl_ext then registers its other losses only). Any other value is an error naming
+the variable: ``clip_cov`` / ``kl_cov`` then refuse to run (:func:`register`).
 """
 
 from __future__ import annotations
@@ -61,11 +62,34 @@ def rank_zero_worker() -> bool:
     return os.environ.get("WG_BACKEND") == "ray" and os.environ.get("RANK") == "0"
 
 
+def refusing_loss(name: str, reason: str) -> Callable[..., Any]:
+    """A policy loss registered as ``name`` that raises ``ValueError(reason)`` when called: what the registry holds
+    for ``clip_cov`` / ``kl_cov`` while ``VERL_EXT_KEEP_VERL_COV`` is invalid, so that no run trains with verl's
+    built-in and verl_ext's keys silently ignored."""
+
+    def loss(*args: Any, **kwargs: Any) -> Any:
+        raise ValueError(reason)
+
+    loss.__name__ = loss.__qualname__ = f"refused_{name}"
+    return loss
+
+
 def register() -> None:
     """(Re-)register verl_ext's losses; idempotent. Importing this module already did it once. verl's rank-0
-    training worker (:func:`rank_zero_worker`) prints :func:`replacement_line` the first time."""
+    training worker (:func:`rank_zero_worker`) prints :func:`replacement_line` the first time.
+
+    An invalid ``VERL_EXT_KEEP_VERL_COV`` raises ``ValueError`` naming it, after registering the losses it does not
+    concern and, under ``clip_cov`` / ``kl_cov``, losses that raise the same error when called: verl hides a plugin's
+    import errors, and under its own entry point (nothing calls :func:`ensure_registered`) its built-ins would
+    otherwise run with verl_ext's keys ignored."""
     global _announced
-    for name, fn in registered_losses().items():
+    try:
+        losses = registered_losses()
+    except ValueError as bad:
+        for name, fn in LOSSES.items():
+            register_policy_loss(name)(refusing_loss(name, str(bad)) if name in COV_LOSSES else fn)
+        raise
+    for name, fn in losses.items():
         register_policy_loss(name)(fn)
     if not _announced and rank_zero_worker():
         _announced = True
@@ -87,8 +111,8 @@ def ensure_registered() -> None:
 
 try:
     register()
-except ValueError:  # a bad VERL_EXT_KEEP_VERL_COV: ensure_registered() reports it by name (verl hides plugin errors)
-    pass
+except ValueError:  # a bad VERL_EXT_KEEP_VERL_COV: clip_cov / kl_cov refuse to run (register), and ensure_registered()
+    pass  # reports it by name in verl_ext's entry points (verl hides plugin errors)
 
-__all__ = ["KEEP_VERL_COV_ENV", "ensure_registered", "keep_verl_cov", "rank_zero_worker", "register",
+__all__ = ["KEEP_VERL_COV_ENV", "ensure_registered", "keep_verl_cov", "rank_zero_worker", "refusing_loss", "register",
            "registered_losses", "replacement_line"]  # fmt: skip

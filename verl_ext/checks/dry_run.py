@@ -4,7 +4,9 @@
 checkpoint engine, critic, algorithm, skip, distillation, V1 hybrid-rollout switch; the model only from a
 local directory; not ``reward``, which verl 0.9.1 itself never builds and cannot build), runs verl's ``validate_config`` and verl_ext's checks (:mod:`verl_ext.checks.validation`),
 and returns a summary. :func:`dry_run` prints it and returns the exit status: 0, or 2 after
-``verl_ext: invalid config: <key>: <message>``. ``verl_ext.main_ppo`` runs the same :func:`validate`
+``verl_ext: invalid config: <key>: <message>`` for a bad value (verl_ext's ``ConfigError``, and the errors verl's and
+OmegaConf's validation raise for one: :data:`CONFIG_VALIDATION_ERRORS`); any other exception propagates with its
+traceback. ``verl_ext.main_ppo`` runs the same :func:`validate`
 before every real run, so a bad value fails there the same way, before Ray starts.
 
 Model-free: ``actor_rollout_ref.model`` (and the critic's model) are only loaded when the path is a
@@ -20,7 +22,9 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
 
 from verl_ext.checks.validation import ConfigError, check_loss_mode, check_strategy, check_verl_ext, needs_critic
 
@@ -38,8 +42,18 @@ LOSS_KEYS = {
     "kl_cov": ("kl_cov_ratio", "ppo_kl_coef", "cov_scope"),
     "grpo_erc": ("entropy_mask_low", "entropy_mask_high"),
     "gppo_erc": ("entropy_mask_low", "entropy_mask_high", "gppo_beta1", "gppo_beta2"),
+    "high_entropy": ("high_entropy_ratio", "high_entropy_scope"),
+    "entropy_adv": ("entropy_adv_alpha", "entropy_adv_kappa"),
 }
-"""The hyperparameters of each verl_ext loss shown in the summary (keys of ``policy_loss``)."""
+"""The hyperparameters of each verl_ext loss shown in the summary (keys of ``policy_loss``); one entry per loss of
+:data:`verl_ext.losses.LOSSES`."""
+
+CONFIG_VALIDATION_ERRORS: tuple[type[BaseException], ...] = (ValueError, AssertionError, TypeError,
+                                                              OmegaConfBaseException)  # fmt: skip
+"""What verl's and OmegaConf's config validation raise for a bad value (verl's ``validate_config`` asserts and raises
+``ValueError``; its dataclasses' ``__post_init__`` too; OmegaConf's type and key errors). The dry run turns these
+into one line naming the key; anything else (a bug, a missing file, an import failure in verl's code) propagates
+with its traceback."""
 
 
 @dataclass
@@ -80,13 +94,32 @@ def error_key_and_message(exc: BaseException, default_key: str) -> tuple[str, st
     return (found.group(1) if found else default_key), message
 
 
+def is_config_error(exc: BaseException) -> bool:
+    """Whether ``exc`` reports a bad config value (:data:`CONFIG_VALIDATION_ERRORS`, verl_ext's ``ConfigError``, or
+    Hydra's instantiation error about one: a bad ``_target_``, or wrapping one of those) rather than a failure."""
+    if isinstance(exc, (ConfigError, *CONFIG_VALIDATION_ERRORS)):
+        return True
+    if isinstance(exc, InstantiationException):
+        cause = exc.__cause__
+        return cause is None or isinstance(cause, ImportError) or is_config_error(cause)
+    return False
+
+
+def config_error(exc: BaseException, default_key: str) -> ConfigError:
+    """``exc`` as a :class:`ConfigError` naming its key when it reports a bad config value; otherwise ``exc`` is
+    re-raised as it is (with its traceback)."""
+    if not is_config_error(exc):
+        raise exc
+    return ConfigError(*error_key_and_message(exc, default_key))
+
+
 def _build(key: str, node: Any, validated: Validated) -> Any:
     from verl.utils.config import omega_conf_to_dataclass
 
     try:
         obj = omega_conf_to_dataclass(node)
     except Exception as exc:
-        raise ConfigError(*error_key_and_message(exc, key)) from exc
+        raise config_error(exc, key) from exc
     validated.built[key] = obj
     return obj
 
@@ -132,7 +165,7 @@ def validate(config: DictConfig, load_models: bool = False) -> Validated:
     try:
         validate_config(config=config, use_reference_policy=use_ref, use_critic=critic_model)
     except Exception as exc:
-        raise ConfigError(*error_key_and_message(exc, "actor_rollout_ref")) from exc
+        raise config_error(exc, "actor_rollout_ref") from exc
 
     n_gpus = config.trainer.n_gpus_per_node * config.trainer.nnodes
     actor = _build("actor_rollout_ref.actor", config.actor_rollout_ref.actor, validated)
@@ -154,7 +187,7 @@ def validate(config: DictConfig, load_models: bool = False) -> Validated:
         try:
             built.validate(n_gpus, config.data.train_batch_size)
         except Exception as exc:
-            raise ConfigError(*error_key_and_message(exc, "critic")) from exc
+            raise config_error(exc, "critic") from exc
         validated.notes.append("critic checked without loading critic.model")
     for key in ("algorithm", "skip"):
         if OmegaConf.select(config, key) is not None:
@@ -238,4 +271,5 @@ def dry_run(config: DictConfig, out: TextIO | None = None, err: TextIO | None = 
     return 0
 
 
-__all__ = ["EXIT_INVALID", "Validated", "dry_run", "error_key_and_message", "error_line", "summary", "validate"]
+__all__ = ["CONFIG_VALIDATION_ERRORS", "EXIT_INVALID", "LOSS_KEYS", "Validated", "config_error", "dry_run",
+           "error_key_and_message", "error_line", "is_config_error", "summary", "validate"]
