@@ -5,6 +5,9 @@
   ``C_s = relu|softplus(sum_t k_st - tau_s)``, ``tau_s = threshold * L_s`` (per token) or ``threshold``,
   token-mean loss ``sum_s C_s / N_tokens``; values and gradients.
 * ``hard`` with threshold 0 equals verl's KL loss for every ``loss_agg_mode`` (non-negative estimator).
+* The entropy autopilot's loss-side actuators: the batch field ``entropy_coef`` = c equals verl's ``entropy_coeff`` = c;
+  the ``pos_weight`` loss minus the alpha = 0 loss is EntroPIC's term written here from its formula.
+Each oracle test also checks that its term changes the loss, so that deleting the term from the code fails it.
 """
 
 from __future__ import annotations
@@ -31,8 +34,9 @@ def actor_config(loss_mode: str = "vanilla", loss_kwargs: dict | None = None, **
     return FSDPActorConfig(**kwargs)
 
 
-def fixture(seed: int = 0, global_info: bool = True):
-    """A 4-sequence micro-batch in verl's no-padding layout, float64 fields, and a flat log-prob leaf."""
+def fixture(seed: int = 0, global_info: bool = True, extra: dict | None = None):
+    """A 4-sequence micro-batch in verl's no-padding layout, float64 fields (plus ``extra`` ``(4, 6)`` response
+    fields), and a flat log-prob leaf."""
     from verl.utils import tensordict_utils as tu
     from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
@@ -45,6 +49,7 @@ def fixture(seed: int = 0, global_info: bool = True):
         "old_log_probs": -torch.rand(4, max_r, generator=gen, dtype=torch.float64) * 2,
         "ref_log_prob": -torch.rand(4, max_r, generator=gen, dtype=torch.float64) * 2,
         "old_entropy": torch.rand(4, max_r, generator=gen, dtype=torch.float64) + 0.5,
+        **(extra or {}),
     }
     data = left_right_2_no_padding(make_batch(prompts, responses, response_fields=fields))
     n_tokens = int(data["response_mask"].sum())
@@ -156,6 +161,10 @@ def test_kl_clipping_matches_formula(method, per_token, threshold):
     assert torch.allclose(grad, expected_grad, rtol=1e-9, atol=1e-14)
     assert metric_value(metrics["actor/kl_clip/frac_above"]) == pytest.approx(frac)
     assert metric_value(metrics["kl_loss"]) == pytest.approx(expected.item(), rel=1e-10, abs=1e-14)
+    # clipping changes the KL term (hard at threshold 0 is the one case it must not): without it this test fails
+    unclipped, _ = oracle_clipped_kl(padded(flat), data["ref_log_prob"], mask, "hard", 0.0, per_token)
+    if not (method == "hard" and threshold == 0.0):
+        assert abs(expected.item() - unclipped.item()) > 1e-3, (expected.item(), unclipped.item())
 
 
 def test_thresholds_actually_split_the_fixture():
@@ -342,3 +351,83 @@ def test_erc_fractions_are_token_weighted_across_uneven_micro_batches_and_ranks(
     # the plain mean of the micro-batches' own fractions (what a MEAN aggregation would log) is not it
     kept_plain = sum(plain["actor/erc/kept_frac"]) / len(plain["actor/erc/kept_frac"])
     assert abs(kept_plain - oracle["actor/erc/kept_frac"]) > 1e-3
+
+
+# ------------------------------------------------------------------------------------------------------
+# the entropy autopilot's loss-side actuators against their formulas
+# ------------------------------------------------------------------------------------------------------
+
+
+def run_both(loss_fn, config, data, flat, entropy):
+    """Loss and its gradients w.r.t. the flat log-probs and the flat entropy (both leaves here)."""
+    flat = flat.detach().clone().requires_grad_(True)
+    entropy = entropy.detach().clone().requires_grad_(True)
+    loss, metrics = loss_fn(config, {"log_probs": flat, "entropy": entropy}, data.clone())
+    grad_lp, grad_h = torch.autograd.grad(loss, (flat, entropy))
+    return loss.detach(), grad_lp, grad_h, metrics
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean"])
+@pytest.mark.parametrize("coef", [2.0**-7, 0.125])  # exact in float32, the field's dtype
+def test_entropy_coef_field_equals_verls_entropy_coeff(agg, coef):
+    """verl_ext's loss with the batch field ``entropy_coef`` = c on every token (actor ``entropy_coeff`` 0, as the
+    autopilot requires) is verl's own ``ppo_loss`` with ``entropy_coeff`` = c and no field: value and gradients
+    w.r.t. the log-probs and the entropy."""
+    from verl.workers.utils.losses import ppo_loss as verl_ppo_loss
+
+    from verl_ext.contract import ENTROPY_COEF
+    from verl_ext.trainer.actor_loss import ppo_loss
+
+    data, flat, entropy, _ = fixture(seed=4, extra={ENTROPY_COEF: torch.full((4, 6), coef, dtype=torch.float32)})
+    plain = data.clone()
+    del plain[ENTROPY_COEF]
+    ours = run_both(ppo_loss, actor_config(loss_agg_mode=agg, entropy_coeff=0.0), data, flat, entropy)
+    verls = run_both(verl_ppo_loss, actor_config(loss_agg_mode=agg, entropy_coeff=coef), plain, flat, entropy)
+    for got, want in zip(ours[:3], verls[:3]):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-15)
+    # the field acts: without the term the loss and the entropy gradient are those of coefficient 0
+    without = run_both(ppo_loss, actor_config(loss_agg_mode=agg, entropy_coeff=0.0), plain, flat, entropy)
+    assert abs(ours[0].item() - without[0].item()) > 1e-3 and without[2].abs().max().item() == 0.0
+    assert metric_value(ours[3]["actor/entropy_control/entropy_term"]) == pytest.approx(
+        (without[0] - ours[0]).item(), rel=1e-10)
+
+
+def entropic_oracle(lp, old, adv, mask, alpha, by_high_prob):
+    """EntroPIC's term from its formula, token-mean over one micro-batch that is the whole mini-batch: ``alpha *
+    sum_{i in HP} (-r_i |A_i|)`` over the valid tokens with ``pi_i > 0.95`` (current policy), divided by the valid
+    tokens ``N`` (``all_tokens``) or by ``|HP|`` (``high_prob``, EntroPIC's code); ``r_i = exp(lp_i - old_i)``."""
+    valid = [(s, t) for s in range(lp.shape[0]) for t in range(lp.shape[1]) if mask[s, t]]
+    high = [i for i in valid if float(lp[i]) > math.log(0.95)]
+    total = sum(-torch.exp(lp[i] - old[i]) * abs(float(adv[i])) for i in high)
+    return alpha * total / (len(high) if by_high_prob else len(valid)), len(high), len(valid)
+
+
+@pytest.mark.parametrize("by_high_prob", [False, True])
+@pytest.mark.parametrize("alpha", [-0.5, 0.375])  # exact in float32
+def test_pos_weight_term_is_entropics_formula(alpha, by_high_prob):
+    """The loss with ``pos_weight`` = alpha minus the loss with alpha = 0 (same batch otherwise) is EntroPIC's term:
+    value and gradient w.r.t. the log-probs."""
+    from verl_ext.contract import POS_WEIGHT, POS_WEIGHT_NORM
+    from verl_ext.trainer.actor_loss import ppo_loss
+
+    norm = torch.full((4, 6), float(by_high_prob), dtype=torch.float32)
+    data, flat, entropy, padded = fixture(seed=5, extra={POS_WEIGHT: torch.zeros(4, 6), POS_WEIGHT_NORM: norm})
+    where = padded(torch.arange(flat.numel(), dtype=torch.float64)).long()  # flat index of each response position
+    flat = flat.detach().clone()
+    for s, t, p in [(0, 0, 0.97), (0, 3, 0.99), (1, 1, 0.96), (3, 2, 0.999), (3, 5, 0.951), (2, 0, 0.9)]:
+        flat[where[s, t]] = math.log(p)  # five high-probability tokens (pi > 0.95) and one just below
+    config = actor_config(loss_agg_mode="token-mean")
+    base = run_both(ppo_loss, config, data, flat, entropy)
+    data[POS_WEIGHT] = torch.full((4, 6), alpha, dtype=torch.float32)
+    with_term = run_both(ppo_loss, config, data, flat, entropy)
+
+    mask = data["response_mask"].bool()
+    leaf = flat.clone().requires_grad_(True)
+    want, n_high, n_valid = entropic_oracle(padded(leaf), data["old_log_probs"], data["advantages"], mask, alpha,
+                                            by_high_prob)  # fmt: skip
+    (want_grad,) = torch.autograd.grad(want, leaf)
+    assert n_high == 5 and n_valid == 16
+    assert (with_term[0] - base[0]).item() == pytest.approx(want.item(), rel=1e-12, abs=1e-15)
+    torch.testing.assert_close(with_term[1] - base[1], want_grad, rtol=1e-10, atol=1e-14)
+    assert abs(want.item()) > 1e-2  # the term changes the loss: deleting it from the actor loss fails this test
+    assert metric_value(with_term[3]["actor/entropic/term"]) == pytest.approx(want.item(), rel=1e-10)
