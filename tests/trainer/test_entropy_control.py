@@ -396,3 +396,62 @@ def test_loss_change_metrics_measure_the_loss_itself():
     loss, metrics, *_ = _loss({"pos_weight": -0.5, "pos_weight_norm": 1.0})
     assert metrics["actor/entropic/loss_change"] != 0.0
     assert loss - base == pytest.approx(metrics["actor/entropic/loss_change"], rel=1e-9)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# resume: a missing autopilot state is an error unless asked for; the token lens does not repeat steps
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_resuming_without_the_autopilots_state_file_is_an_error_unless_fresh_on_resume(compose, tmp_path):
+    (tmp_path / "global_step_3").mkdir()  # a checkpoint saved without the autopilot: no verl_ext_driver.json
+    trainer = legacy_trainer(compose, *AUTOPILOT, f"trainer.default_local_dir={tmp_path}")
+    with pytest.raises(FileNotFoundError) as info:
+        trainer.verl_ext_driver.load(3)
+    message = str(info.value)
+    assert str(tmp_path / "global_step_3" / "verl_ext_driver.json") in message
+    assert "verl_ext.entropy_control.fresh_on_resume=true" in message
+    fresh = legacy_trainer(compose, *AUTOPILOT, f"trainer.default_local_dir={tmp_path}",
+                           "verl_ext.entropy_control.fresh_on_resume=true")  # fmt: skip
+    assert fresh.verl_ext_driver.load(3) is False
+    assert fresh.verl_ext_driver.controller.state.integral == 0.0 and fresh.verl_ext_driver.controller.state.value is None
+    with pytest.raises(ConfigError) as bad:
+        EntropyControlConfig.from_mapping({"enable": True, "fresh_on_resume": "yes"})
+    assert bad.value.key == "verl_ext.entropy_control.fresh_on_resume" and "true or false" in bad.value.message
+
+
+LENS = ["policy_loss@actor_rollout_ref.actor.policy_loss=clip_cov", "actor_rollout_ref.actor.policy_loss.clip_cov_ratio=0.3",
+        "actor_rollout_ref.actor.policy_loss.clip_cov_lb=-100", "actor_rollout_ref.actor.policy_loss.clip_cov_ub=100",
+        "verl_ext.token_lens.enable=true"]  # fmt: skip
+
+
+def test_token_lens_on_resume_keeps_the_checkpointed_steps_rows_and_writes_each_step_once(compose, tmp_path):
+    """A run killed after step 3's lens rows but before its checkpoint resumes from global_step_2: the lens file keeps
+    steps 1-2, drops the killed run's step 3, and step 3 trained again is written once; a fresh run starts empty."""
+
+    class Tokenizer:
+        def decode(self, ids):
+            return " ".join(f"t{i}" for i in ids)
+
+    lens_file, ckpts = tmp_path / "run.lens.jsonl", tmp_path / "ckpts"
+    (ckpts / "global_step_2").mkdir(parents=True)
+    (ckpts / "latest_checkpointed_iteration.txt").write_text("2")
+    killed = [{"step": s, "sample": 0, "position": i} for s in (1, 2, 3) for i in range(2)]
+    lens_file.write_text("".join(json.dumps(row) + "\n" for row in killed))
+
+    trainer = legacy_trainer(compose, *LENS, f"verl_ext.token_lens.path={lens_file}",
+                             f"trainer.default_local_dir={ckpts}", "trainer.resume_mode=auto")  # fmt: skip
+    trainer.tokenizer = Tokenizer()
+    trainer._update_actor(legacy_batch())  # global step 3, trained again
+    rows = [json.loads(line) for line in lens_file.read_text().splitlines()]
+    selected = int(trainer.actor_rollout_wg.updates[-1]["cov_selected"].sum())
+    assert rows[:4] == killed[:4]  # steps 1 and 2, as they were
+    assert [r["step"] for r in rows[4:]] == [3] * selected and selected > 0
+    assert all("token" in r for r in rows[4:])  # the new run's rows, not the killed run's
+
+    fresh = legacy_trainer(compose, *LENS, f"verl_ext.token_lens.path={lens_file}",
+                           f"trainer.default_local_dir={ckpts}", "trainer.resume_mode=disable")  # fmt: skip
+    fresh.tokenizer = Tokenizer()
+    fresh.global_steps = 1
+    fresh._update_actor(legacy_batch())
+    assert {json.loads(line)["step"] for line in lens_file.read_text().splitlines()} == {1}

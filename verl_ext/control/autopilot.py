@@ -51,6 +51,11 @@ class EntropyControlConfig(PrefixedConfig):
     enable: bool = False
     """Turn the autopilot on."""
 
+    fresh_on_resume: bool = False
+    """On resume from a checkpoint without the autopilot's state file (``global_step_<N>/verl_ext_driver.json``: a
+    checkpoint of a run without the autopilot, or the file lost): ``false`` is an error naming the file; ``true``
+    starts the controller from its initial state (integral 0, the actuator's init) with a warning."""
+
     controller: str = "pi"
     """``pi`` (log-space PI, anti-windup), ``skywork`` (Skywork-OR1's +-delta rule with the below-target gate) or
     ``entropic`` (EntroPIC's linear PI law)."""
@@ -134,8 +139,9 @@ class EntropyControlConfig(PrefixedConfig):
     EntroPIC's)."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.enable, bool):
-            raise EntropyControlConfig.error("enable", f"{self.enable!r} is invalid: allowed true or false")
+        for key in ("enable", "fresh_on_resume"):
+            if not isinstance(getattr(self, key), bool):
+                raise EntropyControlConfig.error(key, f"{getattr(self, key)!r} is invalid: allowed true or false")
         if self.schedule not in SCHEDULES:
             raise EntropyControlConfig.error("schedule", f"{self.schedule!r} is invalid: allowed one of {list(SCHEDULES)}")
         _positive("target", self.target)

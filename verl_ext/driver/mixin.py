@@ -26,7 +26,7 @@ from omegaconf import OmegaConf
 from verl_ext.config import config_value, loss_mode_of, policy_loss_params
 from verl_ext.losses.common import masked_mean
 from verl_ext.losses.selection import token_covariance
-from verl_ext.driver.checkpoints import absolute_folder, checkpoint_folder, resume_folder
+from verl_ext.driver.checkpoints import absolute_folder, checkpoint_folder, resume_folder, resumed_step
 from verl_ext.control.autopilot import EntropyControlConfig, EntropyController
 from verl_ext.driver.token_lens import TokenLens, TokenLensConfig, lens_path
 
@@ -70,7 +70,7 @@ class VerlExtDriver:
             loggers = config_value(config.trainer, "logger", []) or []
             loggers = [loggers] if isinstance(loggers, str) else list(loggers)
             path = lens_path(lens, config.trainer.project_name, config.trainer.experiment_name)
-            self.lens = TokenLens(lens, path, tokenizer, use_wandb="wandb" in loggers)
+            self.lens = TokenLens(lens, path, tokenizer, use_wandb="wandb" in loggers, resume_step=resumed_step(config))
         self.entropy: float | None = None
 
     def observe_entropy(self, entropy: torch.Tensor, response_mask: torch.Tensor) -> None:
@@ -120,13 +120,23 @@ class VerlExtDriver:
         return path
 
     def load(self, global_steps: int) -> bool:
-        """Restore the autopilot's state saved at ``global_steps`` (0: a fresh run, nothing to load)."""
+        """Restore the autopilot's state saved at ``global_steps`` (0: a fresh run, nothing to load). A missing state
+        file is a ``FileNotFoundError`` naming it, unless ``verl_ext.entropy_control.fresh_on_resume=true`` (then the
+        controller starts from its initial state, with a warning; returns ``False``)."""
         if self.controller is None or global_steps <= 0:
             return False
         path = resume_folder(self.config, global_steps) / STATE_FILE
         if not path.exists():
-            logger.warning("verl_ext entropy autopilot: %s not found; the autopilot starts from its initial state", path)
-            return False
+            if self.controller.config.fresh_on_resume:
+                logger.warning("verl_ext entropy autopilot: %s not found; verl_ext.entropy_control.fresh_on_resume="
+                               "true: the controller starts from its initial state", path)  # fmt: skip
+                return False
+            raise FileNotFoundError(
+                f"verl_ext entropy autopilot: resuming from step {global_steps}, but its state file {path} does not "
+                "exist (a checkpoint saved without the autopilot, or the file was removed). Resume from a checkpoint "
+                "that has it, or set verl_ext.entropy_control.fresh_on_resume=true to start the controller from its "
+                "initial state (integral 0, the actuator's init)"
+            )
         self.controller.load_state_dict(json.loads(path.read_text())["entropy_control"])
         return True
 

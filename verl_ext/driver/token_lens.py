@@ -9,7 +9,9 @@ selected token to a JSONL file next to verl's file log (``<experiment>.lens.json
 ``context`` is the ``context_tokens`` response tokens before the selected one (decoded). When wandb is one of
 ``trainer.logger`` and a wandb run is active in the driver, the same rows go to wandb as a table
 (``verl_ext/token_lens``). ``python -m verl_ext.analyze`` summarises a run's lens file (the most frequent token
-strings with their mean advantage and probability).
+strings with their mean advantage and probability). A resumed run first drops the file's rows of the steps after
+its checkpoint (they are trained and written again), as verl_ext's continued file log does; a fresh run starts an
+empty file.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import torch
 
 from verl_ext.config import PrefixedConfig
 from verl_ext.contract import lens_file_for
-from verl_ext.driver.run_log import file_log_path
+from verl_ext.driver.run_log import file_log_path, kept_rows
 
 LENS_CONFIG_PREFIX = "verl_ext.token_lens."
 COLUMNS = ("step", "sample", "position", "token_id", "token", "context", "covariance", "advantage", "old_log_prob", "prob")
@@ -102,13 +104,31 @@ def lens_rows(
 
 
 class TokenLens:
-    """Appends the rows of the steps it is due at to its JSONL file (and a wandb table when one is active)."""
+    """Appends the rows of the steps it is due at to its JSONL file (and a wandb table when one is active).
 
-    def __init__(self, config: TokenLensConfig, path: Path, tokenizer: Any, use_wandb: bool = False):
+    With ``resume_step`` (the run's start: :func:`~verl_ext.driver.checkpoints.resumed_step`, 0 for a fresh run) the
+    file is first cut as verl_ext's continued file log is (:mod:`verl_ext.driver.run_log`): the rows of the steps up
+    to the checkpoint stay, those of later steps (a killed run's, trained again now) go, and a fresh run starts an
+    empty file; so no step's rows appear twice."""
+
+    def __init__(self, config: TokenLensConfig, path: Path, tokenizer: Any, use_wandb: bool = False,
+                 resume_step: int | None = None):  # fmt: skip
         self.config = config
         self.path = Path(path)
         self.tokenizer = tokenizer
         self.use_wandb = use_wandb
+        if resume_step is not None:
+            self.keep_through(resume_step)
+
+    def keep_through(self, step: int) -> int:
+        """Keep the file's rows of steps ``<= step`` (none for ``step <= 0``), drop the others; returns how many were
+        dropped. A missing file stays missing."""
+        if not self.path.exists():
+            return 0
+        before = sum(1 for line in self.path.read_bytes().splitlines() if line.strip())
+        kept = kept_rows(self.path, step)
+        self.path.write_bytes(b"".join(line + b"\n" for line in kept))
+        return before - len(kept)
 
     def due(self, step: int) -> bool:
         return self.config.enable and step % self.config.every_n_steps == 0
