@@ -6,8 +6,17 @@ Per valid token i, with ``cov_i = (A_i - mean A)(lp_i - mean lp)`` (no gradient)
     L_i =    max(-A_i r_i, -A_i clip(r_i, 1-eps_low, 1+eps_high))      otherwise
 
 where ``sg`` stops the gradient and ``S`` holds ``max(1, floor(clip_cov_ratio * N))`` tokens drawn uniformly
-at random among the valid, not PPO-clipped tokens with ``clip_cov_lb < cov_i < clip_cov_ub``. The loss is
-aggregated with verl's ``agg_loss``; detached tokens keep their value and stay in the denominator.
+at random among the candidates. The paper's candidates are the valid tokens with ``clip_cov_lb < cov_i < clip_cov_ub``
+*not already clipped by PPO*; which of these conditions applies depends on the scope (``policy_loss.cov_scope``):
+
+* ``micro`` (``cov_selected is None``): the selection runs here, over this call's tokens, with the current ratio, so
+  the PPO-clipped tokens (``-A clip(r) > -A r``) are excluded: the paper's candidate set.
+* ``batch``: ``cov_selected`` was drawn on the driver before the update (:func:`~verl_ext.losses.selection.
+  select_tokens_for_batch`), where every ratio is 1: no token can be known to be PPO-clipped, so the candidates are
+  all valid tokens with ``lb < cov_i < ub``, and this loss applies the mask as given. A selected token that PPO clips
+  at its update has no gradient either way, so such tokens take part of the budget without changing the gradient.
+
+The loss is aggregated with verl's ``agg_loss``; detached tokens keep their value and stay in the denominator.
 
 Differences from verl's built-in ``clip_cov`` (which this replaces): the selection is reproducible (a
 counter-based hash, never ``torch.randperm`` on the global RNG), runs without host syncs, can come from the

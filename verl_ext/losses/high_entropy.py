@@ -8,19 +8,26 @@ drops the others from the loss and from its token-mean denominator. On DAPO's du
     S   = the k = max(1, ceil(rho N)) valid tokens with the largest H_i
     L   = (1 / |S|) sum_{i in S} w_i L^dual_i                  (w_i: verl's rollout-correction weights, if any)
 
-Implemented as per-token weights ``omega_i = N / |S|`` on ``S`` and 0 elsewhere, aggregated with verl's token-mean
-over all ``N`` tokens, which gives exactly the formula above (and keeps verl's global normalisation over micro-batches
-and ranks).
+Implemented as per-token weights ``omega_i = N / |S|`` on ``S`` and 0 elsewhere, aggregated with verl's
+``agg_loss`` (keeping verl's global normalisation over micro-batches and ranks). With ``loss_agg_mode=token-mean``
+verl divides each optimiser step's loss by the valid tokens ``N_m`` of its mini-batch ``m`` (all ranks), so a step's
+loss is ``(N / (|S| N_m)) sum_{i in S, i in m} w_i L^dual_i``.
 
 Two scopes (``policy_loss.high_entropy_scope``):
 
-* ``batch`` (default): ``S`` is ranked over the whole training batch by the old-log-prob pass's entropy, on the driver
-  (:func:`high_entropy_weights`), and reaches every micro-batch as batch field ``high_entropy_weight``: the same
-  tokens whatever the micro-batching or the number of GPUs. The old entropy equals the current one at the first
-  optimiser step of a batch; ranking by the current entropy over a whole batch would need an extra forward pass.
-  Ties are broken by a hash of the token's content (token id, column, row fingerprint), not by its place in the batch.
-* ``micro``: ``S`` is ranked inside each loss call by the update forward's entropy (graph-free), ``N`` and ``|S|``
-  counted in that micro-batch - the paper's code (``get_global_entropy_top_mask`` per micro-batch and rank).
+* ``batch`` (default): ``S`` is ranked over the whole training batch (``N`` = its valid tokens) by the old-log-prob
+  pass's entropy, on the driver (:func:`high_entropy_weights`), and reaches every micro-batch as batch field
+  ``high_entropy_weight``: the same tokens whatever the micro-batching or the number of GPUs. Ties are broken by a
+  hash of the token's content (token id, column, row fingerprint), not by its place in the batch. This is exactly the
+  formula above (with ``H`` the current entropy) only with ``token-mean`` and **one optimiser step per batch** (one
+  mini-batch, ``ppo_epochs=1``): then ``N_m = N`` and the old pass's entropy is the current one (up to the numerics
+  of the two forward passes). With several mini-batches (or epochs) each step's loss is the mean over its share of
+  ``S`` only in expectation (its ``|S cap m|`` is not exactly ``|S| N_m / N``), and ``S`` stays the ranking of the
+  whole batch by the old entropy, while the current entropy of later mini-batches drifts with each update; ranking
+  each step by its current entropy would need an extra forward pass per step.
+* ``micro``: ``S`` is ranked inside each loss call by the update forward's (current) entropy (graph-free), ``N``
+  and ``|S|`` counted in that micro-batch - the paper's code (``get_global_entropy_top_mask`` per micro-batch and
+  rank); the step's loss is then the token-weighted mean of the micro-batches' means over their own ``S``.
 """
 
 from __future__ import annotations

@@ -7,7 +7,9 @@ The paper ("The Entropy Mechanism of RL for Reasoning LMs", arXiv 2505.22617) sc
 and selects
 
 * Clip-Cov: ``k = max(1, floor(clip_cov_ratio * N))`` tokens drawn uniformly at random among the
-  candidates ``clip_cov_lb < cov_i < clip_cov_ub`` (and not already clipped by PPO);
+  candidates ``clip_cov_lb < cov_i < clip_cov_ub`` and not already clipped by PPO - a condition only a loss call
+  can apply (``cov_scope=micro``); in batch scope (:func:`select_tokens_for_batch`, before the update) every ratio
+  is 1 and no token is excluded;
 * KL-Cov:  the ``k = max(1, floor(kl_cov_ratio * N))`` tokens with the largest ``cov_i``.
 
 Everything here stays on the device: the budget ``k`` is a 0-d tensor and top-k runs with its static
@@ -189,9 +191,10 @@ def select_tokens_for_batch(
     """Batch-scope selection for ``clip_cov`` / ``kl_cov`` over a whole training batch.
 
     Uses the old policy's log-probs (the policy that sampled the batch: equal to the current policy at
-    the first optimiser step, and already computed, so no extra forward pass). A token already clipped
-    by PPO cannot be known before the update; at selection time every ratio is 1, so the candidate set
-    is ``lb < cov < ub`` and a later-clipped selected token simply has no gradient either way.
+    the first optimiser step, and already computed, so no extra forward pass). The paper's Clip-Cov candidates
+    exclude tokens already clipped by PPO; that cannot be applied here: before the update every ratio is 1, so
+    the candidate set is all valid tokens with ``lb < cov < ub``. A selected token that PPO clips at its update has
+    no gradient either way (it spends part of the budget without effect); ``cov_scope=micro`` applies the condition.
 
     Args:
         loss_mode: ``clip_cov`` or ``kl_cov``.
