@@ -3,7 +3,10 @@ run through verl's trainer is in tests/e2e/test_e2e_cpu.py (the autopilot run wi
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -35,11 +38,40 @@ def test_bad_arguments_exit_2_naming_the_flag_and_the_allowed_values(argv, messa
     assert not (tmp_path / "train.log").exists()  # refused before anything ran
 
 
-def test_the_demo_runs_the_shipped_cpu_recipe():
-    """The installed package carries the repository's recipe scripts (``verl_ext.recipe``), byte for byte."""
-    shipped = recipe_script()
-    assert shipped.read_bytes() == (REPO / "recipe" / "cpu_tiny.sh").read_bytes()
-    assert (shipped.parent / "common.sh").read_bytes() == (REPO / "recipe" / "common.sh").read_bytes()
+def _tracked(*paths: str) -> list[str]:
+    """The files git tracks under ``paths`` (relative to the repository)."""
+    done = subprocess.run(["git", "ls-files", "-z", "--", *paths], cwd=REPO, capture_output=True, check=True)
+    return [name for name in done.stdout.decode().split("\0") if name]
+
+
+def test_the_wheel_ships_the_repositorys_recipes_and_configs(tmp_path):
+    """A wheel built (non-editable) from the repository's packaging inputs carries every recipe script as
+    ``verl_ext/recipe/<name>.sh`` and every config as ``verl_ext/configs/...``, byte for byte - what ``python -m
+    verl_ext.demo`` runs after a plain ``pip install``. (Under the editable install the tests run with,
+    ``recipe_script()`` resolves to the repository's own files, so reading it back proves nothing.)"""
+    source = tmp_path / "src"
+    inputs = _tracked("pyproject.toml", "README.md", "LICENSE", "verl_ext", "configs", "recipe")
+    for name in inputs:
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(REPO / name, source / name)
+    out = tmp_path / "dist"
+    out.mkdir()
+    build = ("import sys; from setuptools import build_meta; "
+             "print(build_meta.build_wheel(sys.argv[1]))")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", build, str(out)], cwd=source, capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (wheel,) = out.glob("verl_ext-*.whl")
+    recipes = [n for n in _tracked("recipe") if n.endswith(".sh")]
+    configs = [n for n in _tracked("configs") if n.endswith(".yaml")]
+    assert "recipe/cpu_tiny.sh" in recipes and "recipe/common.sh" in recipes and configs
+    with zipfile.ZipFile(wheel) as archive:
+        shipped = set(archive.namelist())
+        for name in recipes + configs:
+            inside = "verl_ext/" + name  # configs/ ships as verl_ext/configs/, recipe/ as verl_ext/recipe/
+            assert inside in shipped, (inside, sorted(n for n in shipped if "/recipe/" in n or "/configs/" in n))
+            assert archive.read(inside) == (REPO / name).read_bytes(), name
+    assert recipe_script().name == "cpu_tiny.sh"  # what the demo runs is found in the installed package
 
 
 def test_each_run_is_the_recipe_with_its_loss_and_the_shared_settings(tmp_path):
