@@ -196,12 +196,27 @@ def test_clip_cov_selects_at_most_its_budget_from_its_candidates(runs, name):
     assert max(fracs) > 0.0, fracs
 
 
+KL_CLIP_THRESHOLD = 0.1
+"""The KL-clipping recipe's soft threshold, per token (``recipe_kl_clip soft 0.1``)."""
+
+
 def test_kl_clipping_recipe_clips_the_kl_loss(runs):
-    """Soft clipping at 0.1 nats per token: the loss is the clipped KL term, and the reference and the actor differ
-    after the updates."""
+    """Soft clipping at 0.1 nats per token: per sequence C_s = softplus(KL_s - 0.1 L_s), spread over its L_s tokens, so
+    the token-mean loss is sum_s C_s / N. Checked against quantities the clipping does not produce: at step 1 (lr 0,
+    actor = reference) the raw KL is ~0 and the loss is the length-weighted mean of softplus(-0.1 L) / L, between its
+    values at the batch's longest and shortest responses (the raw KL loss would be ~0); at every step softplus(x) >=
+    max(x, 0) bounds it below by raw - 0.1; and the reference and the actor differ after the updates."""
     run = runs("gsm8k_grpo_kl_clip")
+
+    def share(length: float) -> float:  # a sequence's clipped term per token at KL 0
+        return math.log1p(math.exp(-KL_CLIP_THRESHOLD * length)) / length
+
+    assert abs(run.metric(1, "actor/kl_clip/raw_kl")) < 1e-5
+    shortest, longest = run.metric(1, "response_length/min"), run.metric(1, "response_length/max")
+    assert share(longest) - 1e-5 <= run.metric(1, "actor/kl_loss") <= share(shortest) + 1e-5
     for step in (1, 2, 3):
-        assert run.metric(step, "actor/kl_loss") == pytest.approx(run.metric(step, "actor/kl_clip/clipped_kl"), rel=1e-5)
+        raw, loss = run.metric(step, "actor/kl_clip/raw_kl"), run.metric(step, "actor/kl_loss")
+        assert loss > 0.0 and loss >= max(raw - KL_CLIP_THRESHOLD, 0.0) - 1e-6, (step, raw, loss)
     assert run.metric(3, "actor/kl_clip/raw_kl") > 0.0
 
 
@@ -272,44 +287,63 @@ def test_high_entropy_trains_on_the_top_fifth_of_each_batch(runs):
 
 
 def test_entropy_adv_shapes_the_advantages_with_the_update_entropy(runs):
-    """psi = min(0.4 H, |A| / 2) > 0 on average: the update forward's entropy reached the loss."""
+    """psi = min(0.4 H, |A| / 2) with H the update forward's entropy, whose token mean verl logs as actor/entropy_loss
+    (the same tokens and weights): mean psi = 0.4 mean H where no token is capped, and below it where some are."""
     run = runs("dapo_entropy_adv")
     for step in (1, 2, 3):
-        assert run.metric(step, "actor/entropy_adv/shaping_mean") > 0.0
-        assert 0.0 <= run.metric(step, "actor/entropy_adv/capped_frac") <= 1.0
+        shaping, entropy = run.metric(step, "actor/entropy_adv/shaping_mean"), run.metric(step, "actor/entropy_loss")
+        assert shaping > 0.0
+        if run.metric(step, "actor/entropy_adv/capped_frac") == 0.0:
+            assert shaping == pytest.approx(0.4 * entropy, rel=1e-4), step
+        else:
+            assert shaping < 0.4 * entropy, step
 
 
 def _entropy_term_is_the_coefficient_times_the_entropy(run: Run) -> None:
-    """The loss applied the step's coefficient: agg(c H) = c agg(H), whatever verl's aggregation over micro-batches."""
+    """The loss applied the step's coefficient: agg(c H) = c agg(H), and the loss the backward pass saw moved by
+    -agg(c H) (``loss_change`` is measured on the loss tensor: 0 if the term never reached it; fp32 rounding of a loss
+    of order 1 against a term of order 1e-5 allows ~1 % here)."""
     for step in (1, 2, 3):
         value = run.metric(step, "entropy_control/entropy_coef")
-        assert run.metric(step, "actor/entropy_control/entropy_term") == pytest.approx(
-            value * run.metric(step, "actor/entropy_loss"), rel=1e-4)
+        term = run.metric(step, "actor/entropy_control/entropy_term")
+        assert term == pytest.approx(value * run.metric(step, "actor/entropy_loss"), rel=1e-4)
+        assert term > 1e-5, (step, term)
+        assert run.metric(step, "actor/entropy_control/loss_change") == pytest.approx(-term, rel=2e-2), step
 
 
 def test_skywork_raises_the_coefficient_by_delta_below_target(runs):
-    """Entropy below the target: gate open, and the coefficient climbs 0.005 + 0.001 t, applied in the loss."""
+    """Entropy below the target: gate open, and the coefficient climbs from Skywork-OR1's 0 by their delta 0.0001 a
+    step within [0, 0.005] (the rule moves it before the step uses it: min(0.0001 t, 0.005)), applied in the loss."""
     run = runs("dapo_skywork")
     for step in (1, 2, 3):
         assert run.metric(step, "entropy_control/entropy") < ABOVE_TINY_ENTROPY
         assert run.metric(step, "entropy_control/gate") == 1.0
-        assert run.metric(step, "entropy_control/entropy_coef") == pytest.approx(0.005 + 0.001 * step, rel=1e-9)
+        assert run.metric(step, "entropy_control/entropy_coef") == pytest.approx(min(1e-4 * step, 5e-3), rel=1e-9)
     _entropy_term_is_the_coefficient_times_the_entropy(run)
+
+
+MINI_BATCHES = 2
+"""Optimiser mini-batches per step at SCALE=cpu (ppo_mini_batch_size = PROMPTS / 2, one epoch): how many times
+EntroPIC's integral takes each step's error (entropic_integral_per=mini_batch, the default)."""
 
 
 def test_entropic_sets_alpha_by_its_law_and_the_term_acts(runs):
     """EntroPIC at its script's target 0.1 (far below the tiny model's entropy): alpha = clip(kp (H - H*) + ki I, -1, 1)
-    recomputed from the logged entropies, and the term on high-probability tokens is in the loss."""
+    recomputed from the logged entropies, the integral taking each step's error once per mini-batch; the term on
+    high-probability tokens is in the loss the backward pass saw (``loss_change``, measured on the loss tensor)."""
     run = runs("dapo_entropic")
     integral = 0.0
     for step in (1, 2, 3):
         h = run.metric(step, "entropy_control/entropy")
         want = min(max(1.0 * (h - 0.1) - 0.01 * integral, -1.0), 1.0)
         assert run.metric(step, "entropy_control/pos_weight") == pytest.approx(want, rel=1e-9)
-        integral += 0.1 - h
+        assert run.metric(step, "entropy_control/integrations") == MINI_BATCHES
+        integral += MINI_BATCHES * (0.1 - h)
         assert run.metric(step, "entropy_control/integral") == pytest.approx(integral, rel=1e-9)
+        term = run.metric(step, "actor/entropic/term")
+        assert run.metric(step, "actor/entropic/loss_change") == pytest.approx(term, rel=1e-3, abs=1e-6), step
     assert max(run.values("actor/entropic/high_prob_frac")) > 0.0
-    assert any(run.metric(s, "actor/entropic/term") != 0.0 for s in (1, 2, 3))
+    assert any(abs(run.metric(s, "actor/entropic/loss_change")) > 1e-4 for s in (1, 2, 3))
 
 
 def test_pi_on_the_entropy_coefficient_follows_its_law_on_the_legacy_trainer(runs):
@@ -329,6 +363,7 @@ def test_entropic_on_the_entropy_coefficient_follows_its_law_on_v1(runs):
     for step in (1, 2, 3):
         e = 10.0 - run.metric(step, "entropy_control/entropy")
         want = min(max(0.001 + 0.001 * e + 0.0001 * integral, 0.0), 0.05)
-        integral += e
+        assert run.metric(step, "entropy_control/integrations") == MINI_BATCHES
+        integral += MINI_BATCHES * e
         assert run.metric(step, "entropy_control/entropy_coef") == pytest.approx(want, rel=1e-9)
     _entropy_term_is_the_coefficient_times_the_entropy(run)
