@@ -1,4 +1,10 @@
-"""Shared fixtures: the tiny Qwen2 model (built once per session, no downloads) and the markers.
+"""Shared fixtures: the tiny Qwen2 model (built once per session, no downloads), the markers and the two tiers.
+
+Two tiers: ``python -m pytest -q`` runs every test that starts no Ray cluster and no vLLM engine (pyproject's
+``addopts`` deselects ``e2e``); ``python -m pytest -q -m e2e`` runs the real launches of verl's trainer. The fast tier is
+enforced, not trusted: every test not marked ``e2e`` runs with ``tests/_fast_tier`` first on ``PYTHONPATH`` and
+``PYTEST_VERL_EXT_FAST_TIER=1``, whose ``sitecustomize`` makes starting a Ray node or a vLLM engine raise, in the pytest
+process and in every Python process the test starts.
 
 Tests mirror the packages (``tests/losses``, ``tests/trainer``, ``tests/cpu``, ``tests/analysis``, ``tests/demo``),
 plus ``tests/scripts`` (recipes, data, cluster scripts) and ``tests/e2e`` (verl's whole trainer in CPU mode).
@@ -8,17 +14,54 @@ test module can import the float64 oracles, ``_oracles``.
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+FAST_TIER = Path(__file__).resolve().parent / "_fast_tier"
+"""The fast tier's guard (``sitecustomize.py``), put first on ``PYTHONPATH`` of every non-e2e test."""
+
+_spec = importlib.util.spec_from_file_location("verl_ext_fast_tier", FAST_TIER / "sitecustomize.py")
+_fast_tier = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_fast_tier)
+_fast_tier.install()  # the pytest process itself: refuses only while PYTEST_VERL_EXT_FAST_TIER=1
+
+
+# PYTEST_*, not VERL_*: tests hand their launches an environment without VERL_*, RAY_* and HF_* variables
+def _guard_env() -> dict[str, str]:
+    path = os.environ.get("PYTHONPATH")
+    return {"PYTEST_VERL_EXT_FAST_TIER": "1", "PYTHONPATH": os.pathsep.join([str(FAST_TIER), *([path] if path else [])])}
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "engine: runs verl's real FSDP2 TrainingWorker on CPU/gloo (slow-ish)")
-    config.addinivalue_line("markers", "e2e: runs verl's whole trainer in CPU mode (Ray, FSDP2, vLLM's CPU engine; minutes)")
+    config.addinivalue_line("markers", "e2e: runs verl's whole trainer in CPU mode (Ray, FSDP2, vLLM's CPU engine; minutes); "
+                            "the end-to-end tier, python -m pytest -m e2e")  # fmt: skip
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A session without e2e tests (the default run) is guarded as a whole, session fixtures included."""
+    if not any(item.get_closest_marker("e2e") for item in session.items):
+        os.environ.update(_guard_env())
+        session.config.stash[_GUARDED_SESSION] = True
+
+
+_GUARDED_SESSION = pytest.StashKey[bool]()
+
+
+@pytest.fixture(autouse=True)
+def _fast_tier_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """In a session that runs both tiers, each non-e2e test is guarded on its own."""
+    if not request.config.stash.get(_GUARDED_SESSION, False) and request.node.get_closest_marker("e2e") is None:
+        for key, value in _guard_env().items():
+            monkeypatch.setenv(key, value)
+    yield
 
 
 @pytest.fixture(scope="session")

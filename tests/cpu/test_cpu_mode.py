@@ -407,6 +407,7 @@ _RAY_LOCAL = """
 
 
 @cpu_only
+@pytest.mark.e2e  # starts a Ray cluster
 def test_upstream_ray_still_ignores_a_loopback_node_address():
     """ray/_private/services.py:799: _node_ip_address=127.0.0.1 becomes the machine's interface address
     (skipped on a machine whose only interface is the loopback, where the question does not arise)."""
@@ -417,6 +418,7 @@ def test_upstream_ray_still_ignores_a_loopback_node_address():
 
 
 @cpu_only
+@pytest.mark.e2e  # starts a Ray cluster
 def test_local_ray_listens_on_loopback_only():
     out = last_json(python(_RAY_LOCAL.format(workaround=True)))
     assert out["node"] == "127.0.0.1"

@@ -419,6 +419,7 @@ def _has_entry_point() -> bool:
 
 
 @pytest.mark.skipif(not _has_entry_point(), reason="verl_ext is not pip-installed (no `verl.plugins` entry point)")
+@pytest.mark.e2e  # starts a Ray cluster
 def test_fresh_ray_worker_sees_verl_ext_losses(monkeypatch):
     """A Ray (CPU) worker process finds verl_ext's losses in verl's registry with no env var set."""
     import ray

@@ -230,6 +230,7 @@ def test_check_reports_finds_every_problem():
     assert any("disagree on package versions" in p for p in problems)
 
 
+@pytest.mark.e2e  # starts a Ray cluster
 def test_check_nodes_against_a_local_ray(tmp_path):
     out = tmp_path / "nodes.json"
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}

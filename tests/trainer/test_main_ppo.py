@@ -495,6 +495,7 @@ def v1_trainer(compose, tq, *overrides):
     return trainer
 
 
+@pytest.mark.e2e  # starts a Ray cluster
 def test_v1_old_entropy_and_cov_selected_reach_the_update_batch(compose, transfer_queue):
     tq = transfer_queue
     # ERC: verl's _compute_old_log_prob stores `entropy`; the update batch must carry it as old_entropy
@@ -526,6 +527,7 @@ def test_v1_old_entropy_and_cov_selected_reach_the_update_batch(compose, transfe
     assert np.isfinite(metrics["actor/kl_cov/batch_cov_selected_max"])
 
 
+@pytest.mark.e2e  # starts a Ray cluster
 def test_both_task_runners_start_as_ray_actors():
     """verl_ext's TaskRunners are constructed as real Ray actors (in a fresh local Ray on 127.0.0.1). Ray pickles
     the inherited methods of an actor class by value; an inherited ``TaskRunner.__init__`` then failed its
