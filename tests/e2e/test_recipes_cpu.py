@@ -190,7 +190,8 @@ def test_clip_cov_selects_at_most_its_budget_from_its_candidates(runs, name):
     run = runs(name)
     fracs = run.values("actor/clip_cov/batch_selected_frac")
     for step, frac in zip((1, 2, 3), fracs):
-        assert frac <= _budget(run, step, COV_RATIO) + 1e-9, (step, frac)
+        # the metric is a float32 mean: 2/21 logs as 0.095238097..., above the float64 budget by 1e-9
+        assert frac <= _budget(run, step, COV_RATIO) * (1 + 1e-6), (step, frac)
         if frac > 0:
             assert 1.0 < run.metric(step, "actor/clip_cov/batch_cov_selected_mean") < 5.0
     assert max(fracs) > 0.0, fracs
