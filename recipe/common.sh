@@ -70,7 +70,7 @@ recipe_hydra_list() {
 # SCALE=cpu: a GPU recipe on one CPU machine. Only sizes change; every other setting of the recipe (trainer,
 # dynamic batch size, data parallelism over GPUS_PER_NODE=2 training processes, gradient checkpointing, DAPO's
 # dynamic sampling, reward manager and overlong buffer, verl's gsm8k / math_dapo scorers, n > 1 validation) runs as
-# written. Sizes: SCALE_DIR (./recipe_cpu) holds the model, the data and the run logs; the data are synthetic
+# written, vLLM's tensor parallelism among them (DAPO's TP 2: one vLLM server over both processes). Sizes: SCALE_DIR (./recipe_cpu) holds the model, the data and the run logs; the data are synthetic
 # problems written in GSM8K's / DAPO-Math-17k's / AIME's hub formats and prepared by scripts/data/prepare_*.py; the
 # model is a tiny Qwen2 warmed up to solve some of them (python -m verl_ext.testbed.math_assets). Variables: STEPS (3;
 # the learning-rate warm-up is shortened to 1 step, which verl runs at lr 0), PROMPTS (4 per step), N (4 responses
@@ -95,7 +95,6 @@ recipe_scale_defaults() {
     : "${MODEL_PATH:=$SCALE_DIR/model}"
     : "${NNODES:=1}"
     : "${GPUS_PER_NODE:=2}"
-    : "${GEN_TP:=1}"
     : "${MAX_PROMPT_LENGTH:=96}"
     : "${MAX_RESPONSE_LENGTH:=8}"
     : "${LOGGERS:=console,file}"

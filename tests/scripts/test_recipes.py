@@ -231,13 +231,16 @@ def test_scale_cpu_changes_sizes_only_and_says_so(name, tmp_path):
              "trainer.validation_data_dir",
              "data.max_prompt_length", "data.max_response_length", "reward.reward_kwargs.max_resp_len",
              "reward.reward_kwargs.overlong_buffer_cfg.len", "trainer.logger",
-             "actor_rollout_ref.rollout.tensor_model_parallel_size", "ray_kwargs.ray_init.runtime_env.env_vars.WANDB_MODE",
+             "ray_kwargs.ray_init.runtime_env.env_vars.WANDB_MODE",
              LOSS + "clip_cov_ratio", LOSS + "kl_cov_ratio"}  # fmt: skip
     gpu_values, cpu_values = effective(gpu), effective(cpu)
     changed = {key for key in gpu_values.keys() | cpu_values.keys() if gpu_values.get(key) != cpu_values.get(key)}
     assert changed <= sizes, sorted(changed - sizes)
     assert cpu_values["trainer.n_gpus_per_node"] == "2" and cpu_values["data.train_batch_size"] == "4"
     assert cpu_values[PREFIX + "use_dynamic_bsz"] == "True"
+    # vLLM's tensor parallelism as on the cluster: DAPO's 2 (one server over both processes), GSM8K's 1
+    tp = "actor_rollout_ref.rollout.tensor_model_parallel_size"
+    assert cpu_values[tp] == gpu_values[tp] == ("2" if name.startswith("dapo") else "1")
 
 
 def test_scale_values_are_checked(tmp_path):

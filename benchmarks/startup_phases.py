@@ -1,0 +1,128 @@
+"""Where a recipe run's time goes before its first training step: a per-phase breakdown of ``SCALE=cpu bash
+recipe/<name>.sh``, each variant run in interleaved rounds so that all see the same machine.
+
+Every line the run prints (the driver's and, through Ray's log forwarding, every worker's) is stamped with the
+seconds since the script started; a phase ends at the first line that carries its marker:
+
+* ``ray``         - ``Started a local Ray instance`` (the driver's ``ray.init``);
+* ``task_runner`` - the first line from verl_ext's TaskRunner actor (its process up, verl imported);
+* ``dataset``     - ``train and validate dataloader initialized`` (TransferQueue on the V1 trainer, the datasets);
+* ``workers``     - ``actor and ref model engine initialized`` (the FSDP2 training processes);
+* ``rollout``     - ``ready to fit`` (the vLLM servers: each a server actor, its EngineCore process, its workers);
+* ``validation``  - ``Initial validation metrics`` (the agent-loop and load-balancer actors, the first generation);
+* ``step_1``      - the console logger's ``step:1`` line (the end of the first training step).
+
+Per variant the median over rounds of each phase's duration and of the time to the first step (``validation``,
+i.e. the start of step 1). The variants are the recipe's CPU-mode settings before and after the start-up cuts of
+docs/benchmarks.md, as overrides on the same script:
+
+    python benchmarks/startup_phases.py --recipe dapo_clip_cov --rounds 2 --json benchmarks/results_startup_cpu.json
+
+Needs CPU mode installed (``scripts/install_cpu.sh``); about 2 minutes a run on 2 cores. The first run builds the
+SCALE=cpu assets (outside the timings: a warm-up run of the first variant is not timed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+PHASES = (
+    ("ray", "Started a local Ray instance"),
+    ("task_runner", "(VerlExtTaskRunner"),
+    ("dataset", "train and validate dataloader initialized"),
+    ("workers", "actor and ref model engine initialized"),
+    ("rollout", "ready to fit"),
+    ("validation", "Initial validation metrics"),
+    ("step_1", "step:1 "),
+)
+
+VARIANTS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
+    # verl's 8 TransferQueue storage actors; one vLLM server per training process (TP 1, SCALE=cpu's former GEN_TP)
+    "before": ({"GEN_TP": "1"}, ("transfer_queue.backend.SimpleStorage.num_data_storage_units=8",)),
+    # CPU mode's one storage actor; the recipe's own TP (DAPO's 2: one server over both processes)
+    "after": ({}, ()),
+}
+
+
+def timed_run(recipe: str, scale_dir: Path, env_extra: dict[str, str], args: tuple[str, ...], log: Path) -> dict[str, float]:
+    """One ``SCALE=cpu`` run; the seconds at which each phase's marker first appeared. Raises if the run fails."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RAY_"))}
+    env.update(SCALE="cpu", SCALE_DIR=str(scale_dir), PYTHON=sys.executable, STEPS="1", EXP_NAME=f"startup-{log.stem}",
+               **env_extra)  # fmt: skip
+    start = time.monotonic()
+    seen: dict[str, float] = {}
+    proc = subprocess.Popen(["bash", str(REPO / "recipe" / f"{recipe}.sh"), "trainer.test_freq=-1", *args], env=env,
+                            cwd=scale_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    with log.open("w") as out:
+        for line in proc.stdout:
+            now = time.monotonic() - start
+            out.write(f"{now:8.2f} {line}")
+            for phase, marker in PHASES:
+                if phase not in seen and marker in line:
+                    seen[phase] = now
+    if proc.wait() != 0:
+        raise RuntimeError(f"{recipe} {env_extra} {args} failed: see {log}")
+    return seen
+
+
+def durations(seen: dict[str, float]) -> dict[str, float | None]:
+    """Each phase's duration (from the previous phase's end) and the time to the first step."""
+    out: dict[str, float | None] = {}
+    previous = 0.0
+    for phase, _ in PHASES:
+        at = seen.get(phase)
+        out[phase] = None if at is None else round(at - previous, 2)
+        previous = at if at is not None else previous
+    out["to_first_step"] = None if "validation" not in seen else round(seen["validation"], 2)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--recipe", default="dapo_clip_cov", help="recipe/<name>.sh, run with SCALE=cpu")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
+    parser.add_argument("--work", type=Path, help="folder for the assets and logs (default: a temporary one)")
+    parser.add_argument("--json", type=Path, help="write the results here")
+    opts = parser.parse_args(argv)
+    names = opts.variants.split(",")
+    unknown = sorted(set(names) - set(VARIANTS))
+    if unknown:
+        parser.error(f"--variants: unknown {unknown}; allowed {', '.join(VARIANTS)}")
+    work = opts.work or Path(tempfile.mkdtemp(prefix="startup_"))
+    work.mkdir(parents=True, exist_ok=True)
+    env0, args0 = VARIANTS[names[0]]
+    timed_run(opts.recipe, work, env0, args0, work / "warmup.log")  # builds the assets; not timed
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    for r in range(opts.rounds):
+        for name in names:
+            env_extra, args = VARIANTS[name]
+            seen = timed_run(opts.recipe, work, env_extra, args, work / f"{name}_{r}.log")
+            runs[name].append(durations(seen))
+            print(name, r, runs[name][-1], flush=True)
+    summary = {}
+    for name, rows in runs.items():
+        summary[name] = {key: round(statistics.median(row[key] for row in rows), 2)
+                         if all(row[key] is not None for row in rows) else None for key in rows[0]}  # fmt: skip
+    if "before" in summary and "after" in summary:
+        summary["after_over_before"] = round(summary["after"]["to_first_step"] / summary["before"]["to_first_step"], 3)
+    result = {"recipe": opts.recipe, "rounds": opts.rounds, "cpus": os.cpu_count(), "summary": summary, "runs": runs,
+              "command": " ".join(["python", "benchmarks/startup_phases.py", *(argv if argv is not None else sys.argv[1:])])}  # fmt: skip
+    print(json.dumps(summary, indent=2))
+    if opts.json:
+        opts.json.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
