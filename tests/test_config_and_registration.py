@@ -84,9 +84,12 @@ def _run(cmd, **kw):
     return subprocess.run(cmd, capture_output=True, text=True, cwd="/", env=env, timeout=300, **kw)
 
 
-def test_fresh_import_of_verl_registers_verl_ext_losses():
+@pytest.mark.parametrize("first", ["verl", "verl_ext.config"])
+def test_fresh_import_of_verl_registers_verl_ext_losses(first):
+    """Whichever is imported first. ``verl_ext.config`` first used to start verl's plugin load while it was half-built:
+    the losses could not import its helpers, verl swallowed the ImportError, and no loss of verl_ext was registered."""
     code = (
-        "import verl\n"
+        f"import {first}\n"
         "from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY as R\n"
         f"print(*[R[n].__module__ for n in {LOSSES!r}])\n"
     )

@@ -16,7 +16,6 @@ from dataclasses import dataclass, fields
 from typing import Any, ClassVar, TypeVar
 
 from omegaconf import OmegaConf
-from verl.workers.config import PolicyLossConfig as VerlPolicyLossConfig
 
 POLICY_LOSS_PREFIX = "actor_rollout_ref.actor.policy_loss."
 ACTOR_PREFIX = "actor_rollout_ref.actor."
@@ -61,63 +60,6 @@ def dataclass_from_mapping(cls: type[_Config], values: Any, prefix: str) -> _Con
     if unknown:
         raise ConfigError(f"{prefix}{unknown[0]}", f"is not a key of {prefix.rstrip('.')}; allowed: {sorted(known)}")
     return cls(**data)
-
-
-@dataclass
-class PolicyLossConfig(VerlPolicyLossConfig):
-    """verl's policy-loss config plus verl_ext's keys.
-
-    Inherited (verl's names and defaults): ``loss_mode``, ``clip_cov_ratio`` (0.0002), ``clip_cov_lb`` (1.0),
-    ``clip_cov_ub`` (5.0), ``kl_cov_ratio`` (0.0002), ``ppo_kl_coef`` (0.1), ``dro_beta``,
-    ``rollout_correction``. Ratios are fractions (0.002 = 0.2 % of tokens), as in verl.
-    """
-
-    entropy_mask_low: float = 0.8
-    """ERC: lower bound of the kept entropy-ratio band; tokens with ``H/H_old <= low`` lose their gradient."""
-
-    entropy_mask_high: float = 1.2
-    """ERC: upper bound of the kept entropy-ratio band; tokens with ``H/H_old >= high`` lose their gradient."""
-
-    gppo_beta1: float = 0.75
-    """gppo_erc: gradient scale kept for clipped tokens with ``A < 0`` and ``r < 1 - clip_ratio_low``."""
-
-    gppo_beta2: float = 1.0
-    """gppo_erc: gradient scale kept for clipped tokens with ``A > 0`` and ``r > 1 + clip_ratio_high``."""
-
-    cov_scope: str = "batch"
-    """clip_cov / kl_cov: where tokens are selected. ``batch``: over the whole training batch (the paper's
-    definition; independent of micro-batching and GPU count). ``micro``: inside each loss call, over the
-    micro-batch it is given (the behaviour of the public implementations)."""
-
-    cov_seed: int = 0
-    """clip_cov: seed of the counter-based hash that draws the random tokens (never the global RNG)."""
-
-    high_entropy_ratio: float = 0.2
-    """high_entropy: the fraction rho of tokens with the highest entropy that keep their policy gradient, in (0, 1]
-    ("Beyond the 80/20 Rule", arXiv 2506.01939: 0.2); ``max(1, ceil(rho N))`` tokens are kept."""
-
-    high_entropy_scope: str = "batch"
-    """high_entropy: ``batch`` ranks the whole training batch by the old-log-prob pass's entropy (independent of
-    micro-batching and GPU count); ``micro`` ranks each loss call's tokens by the update forward's entropy (the
-    paper's code)."""
-
-    entropy_adv_alpha: float = 0.4
-    """entropy_adv: alpha > 0 in ``A' = A + min(alpha H, |A| / kappa)`` (arXiv 2506.14758; 0.4 in public code)."""
-
-    entropy_adv_kappa: float = 2.0
-    """entropy_adv: kappa > 1 in ``A' = A + min(alpha H, |A| / kappa)`` (the paper's condition): the shaping stays
-    below |A|, so a negative advantage keeps its sign and is never cancelled (2 in public code)."""
-
-    def __post_init__(self) -> None:
-        parent = getattr(super(), "__post_init__", None)
-        if parent is not None:
-            parent()
-        check_policy_loss_params({f.name: getattr(self, f.name) for f in fields(self)})
-
-
-DEFAULTS: dict[str, Any] = {
-    f.name: f.default for f in fields(PolicyLossConfig) if f.name not in ("_target_", "rollout_correction")
-}
 
 
 def _bad(key: str, value: Any, allowed: str) -> ConfigError:
@@ -224,3 +166,67 @@ def bounded_dynamic_sampling(config: Any) -> bool:
     return bool(OmegaConf.select(config, "algorithm.filter_groups.enable", default=False)) and (
         OmegaConf.select(config, "trainer.v1.trainer_mode", default="sync") == "sync"
     )
+
+
+# verl is imported here, after every helper above, not at the top: ``import verl`` loads verl_ext's plugin
+# (verl_ext.registration), whose losses import those helpers from this module. Imported first (``import
+# verl_ext.config`` before verl), this module is still half-built while that plugin loads; the helpers must
+# already exist then, or verl swallows the ImportError and registers none of verl_ext's losses.
+from verl.workers.config import PolicyLossConfig as VerlPolicyLossConfig  # noqa: E402
+
+
+@dataclass
+class PolicyLossConfig(VerlPolicyLossConfig):
+    """verl's policy-loss config plus verl_ext's keys.
+
+    Inherited (verl's names and defaults): ``loss_mode``, ``clip_cov_ratio`` (0.0002), ``clip_cov_lb`` (1.0),
+    ``clip_cov_ub`` (5.0), ``kl_cov_ratio`` (0.0002), ``ppo_kl_coef`` (0.1), ``dro_beta``,
+    ``rollout_correction``. Ratios are fractions (0.002 = 0.2 % of tokens), as in verl.
+    """
+
+    entropy_mask_low: float = 0.8
+    """ERC: lower bound of the kept entropy-ratio band; tokens with ``H/H_old <= low`` lose their gradient."""
+
+    entropy_mask_high: float = 1.2
+    """ERC: upper bound of the kept entropy-ratio band; tokens with ``H/H_old >= high`` lose their gradient."""
+
+    gppo_beta1: float = 0.75
+    """gppo_erc: gradient scale kept for clipped tokens with ``A < 0`` and ``r < 1 - clip_ratio_low``."""
+
+    gppo_beta2: float = 1.0
+    """gppo_erc: gradient scale kept for clipped tokens with ``A > 0`` and ``r > 1 + clip_ratio_high``."""
+
+    cov_scope: str = "batch"
+    """clip_cov / kl_cov: where tokens are selected. ``batch``: over the whole training batch (the paper's
+    definition; independent of micro-batching and GPU count). ``micro``: inside each loss call, over the
+    micro-batch it is given (the behaviour of the public implementations)."""
+
+    cov_seed: int = 0
+    """clip_cov: seed of the counter-based hash that draws the random tokens (never the global RNG)."""
+
+    high_entropy_ratio: float = 0.2
+    """high_entropy: the fraction rho of tokens with the highest entropy that keep their policy gradient, in (0, 1]
+    ("Beyond the 80/20 Rule", arXiv 2506.01939: 0.2); ``max(1, ceil(rho N))`` tokens are kept."""
+
+    high_entropy_scope: str = "batch"
+    """high_entropy: ``batch`` ranks the whole training batch by the old-log-prob pass's entropy (independent of
+    micro-batching and GPU count); ``micro`` ranks each loss call's tokens by the update forward's entropy (the
+    paper's code)."""
+
+    entropy_adv_alpha: float = 0.4
+    """entropy_adv: alpha > 0 in ``A' = A + min(alpha H, |A| / kappa)`` (arXiv 2506.14758; 0.4 in public code)."""
+
+    entropy_adv_kappa: float = 2.0
+    """entropy_adv: kappa > 1 in ``A' = A + min(alpha H, |A| / kappa)`` (the paper's condition): the shaping stays
+    below |A|, so a negative advantage keeps its sign and is never cancelled (2 in public code)."""
+
+    def __post_init__(self) -> None:
+        parent = getattr(super(), "__post_init__", None)
+        if parent is not None:
+            parent()
+        check_policy_loss_params({f.name: getattr(self, f.name) for f in fields(self)})
+
+
+DEFAULTS: dict[str, Any] = {
+    f.name: f.default for f in fields(PolicyLossConfig) if f.name not in ("_target_", "rollout_correction")
+}

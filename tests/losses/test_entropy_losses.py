@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import _oracles as O
-import verl  # noqa: F401  (before verl_ext: importing verl_ext.config first makes verl's plugin loading fail silently)
+import verl  # noqa: F401
 from verl_ext.config import PolicyLossConfig
 from verl_ext.losses.entropic import entropic_term
 from verl_ext.losses.entropy_adv import compute_policy_loss_entropy_adv
