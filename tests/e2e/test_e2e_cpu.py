@@ -260,6 +260,23 @@ RESUME_OVERRIDES = (
 )
 
 
+RESUME_ENV = {"N": "1", "LR": "1e-4", "PROMPTS": "8", "COV_RATIO": "0.2"}
+"""One response per prompt (greedy rollouts make N > 1 copies); 8 prompts and the autopilot starting from ratio 0.2
+(it lowers the ratio at step 1: entropy is above its target): several selected tokens for the layout test."""
+
+
+def resume_overrides(assets: Path, use_v1: bool) -> tuple[str, ...]:
+    return (*RESUME_OVERRIDES, f"trainer.use_v1={use_v1}",
+            f"reward.custom_reward_function.path={assets / 'varied_reward.py'}")  # fmt: skip
+
+
+@cache
+def whole_legacy(assets: Path) -> Run:
+    """The uninterrupted legacy run (2 steps, 1 training process, fixed micro-batches): the reference of the SIGKILL
+    test's resumed step 2 and of the layout test's step 1 (one launch for both)."""
+    return train(assets, "whole_legacy", "clip_cov", *resume_overrides(assets, False), **RESUME_ENV)
+
+
 def kill_after_checkpoint(root: Path, name: str, overrides: tuple[str, ...], **env: str) -> Run:
     """Start the recipe in a process group of its own, SIGKILL the whole group as soon as step 1 is over (its
     checkpoint complete - verl writes the tracker file last - and its metrics logged), and return what is left."""
@@ -297,9 +314,7 @@ def test_sigkill_after_a_checkpoint_then_the_same_command_resumes_losing_nothing
     differ from run to run even without a restart; there the resumed step is checked against the controller's law.
     """
     trainer = "v1" if use_v1 else "legacy"
-    overrides = (*RESUME_OVERRIDES, f"trainer.use_v1={use_v1}",
-                 f"reward.custom_reward_function.path={assets / 'varied_reward.py'}")  # fmt: skip
-    env = {"N": "1", "LR": "1e-4"}
+    overrides, env = resume_overrides(assets, use_v1), RESUME_ENV
     killed = kill_after_checkpoint(assets, f"killed_{trainer}", overrides, **env)
     assert sorted(killed.steps) == [1], f"killed too late (steps {sorted(killed.steps)}): the test proves nothing"
     resumed = train(assets, f"killed_{trainer}", "clip_cov", *overrides, **env)
@@ -317,7 +332,7 @@ def test_sigkill_after_a_checkpoint_then_the_same_command_resumes_losing_nothing
     if use_v1:
         return
 
-    whole = train(assets, f"whole_{trainer}", "clip_cov", *overrides, **env)
+    whole = whole_legacy(assets)
     assert whole.metric(2, "critic/advantages/max") > whole.metric(2, "critic/advantages/min"), "advantages all equal"
     selection = [k for k in whole.steps[2] if k.startswith("actor/clip_cov/")]
     assert {"actor/clip_cov/batch_selected_frac", "actor/clip_cov/batch_cov_selected_mean"} <= set(selection)
@@ -336,28 +351,15 @@ def test_sigkill_after_a_checkpoint_then_the_same_command_resumes_losing_nothing
 # the same selection whatever the parallel layout
 # ----------------------------------------------------------------------------------------------------------
 
-LAYOUTS = {
-    "one_rank_fixed": {},
-    "two_ranks_dynamic": {"GPUS_PER_NODE": "2", "DYNAMIC": "1"},
-}
-"""Two runs, not four: the layout that differs from the reference in both ways (ranks and micro-batching) is the one
-that can expose a selection depending on either (a run with 2 ranks and fixed micro-batches proved nothing more)."""
-
-
 def test_selection_is_the_same_with_one_or_two_ranks_and_fixed_or_dynamic_micro_batches(assets):
-    """The same recipe and seed on 1 training process with fixed micro-batches and on 2 with dynamic ones (legacy
-    trainer: its batch order is deterministic; greedy rollouts: the same responses): step 1 selects the identical
-    tokens and logs the same selection metrics. The old-log-prob pass's rounding differs between these layouts;
-    the selection does not depend on it."""
-    overrides = ("trainer.use_v1=False", "actor_rollout_ref.rollout.top_k=1", "algorithm.adv_estimator=reinforce_plus_plus",
-                 "actor_rollout_ref.actor.policy_loss.clip_cov_lb=-100", "actor_rollout_ref.actor.policy_loss.clip_cov_ub=100",
-                 "verl_ext.token_lens.enable=true", f"reward.custom_reward_function.path={assets / 'varied_reward.py'}")  # fmt: skip
-    runs = {}
-    for name, env in LAYOUTS.items():
-        extra = DYNAMIC_BSZ if env.pop("DYNAMIC", None) else ()
-        runs[name] = train(assets, f"layout_{name}", "clip_cov", *overrides, *extra, "trainer.total_training_steps=1",
-                           N="1", PROMPTS="8", **env)
-    reference = runs.pop("one_rank_fixed")
+    """The same recipe and seed on 1 training process with fixed micro-batches (the SIGKILL test's uninterrupted legacy
+    run) and on 2 with verl's dynamic batch size (legacy trainer: its batch order is deterministic; greedy rollouts:
+    the same responses): step 1 selects the identical tokens and logs the same selection metrics. The old-log-prob
+    pass's rounding differs between these layouts; the selection does not depend on it. (One run that differs from
+    the reference in both ways, ranks and micro-batching, can expose a selection depending on either.)"""
+    reference = whole_legacy(assets)
+    run = train(assets, "layout_two_ranks_dynamic", "clip_cov", *resume_overrides(assets, False), *DYNAMIC_BSZ,
+                "trainer.total_training_steps=1", GPUS_PER_NODE="2", **RESUME_ENV)  # fmt: skip
 
     def chosen(run: Run) -> list[tuple]:
         # by content, not row index: verl balances the rows over the ranks (trainer.balance_batch), so a sample's
@@ -365,11 +367,10 @@ def test_selection_is_the_same_with_one_or_two_ranks_and_fixed_or_dynamic_micro_
         return sorted((r["context"], r["position"], r["token_id"], round(r["advantage"], 5)) for r in lens_rows(run)[1])
 
     assert len(chosen(reference)) >= 2
-    for name, run in runs.items():
-        assert chosen(run) == chosen(reference), name
-        assert run.metric(1, "actor/clip_cov/batch_selected_frac") == reference.metric(1, "actor/clip_cov/batch_selected_frac")
-        assert run.metric(1, "actor/clip_cov/batch_cov_selected_mean") == pytest.approx(
-            reference.metric(1, "actor/clip_cov/batch_cov_selected_mean"), rel=1e-5, abs=1e-7)
+    assert chosen(run) == chosen(reference)
+    assert run.metric(1, "actor/clip_cov/batch_selected_frac") == reference.metric(1, "actor/clip_cov/batch_selected_frac")
+    assert run.metric(1, "actor/clip_cov/batch_cov_selected_mean") == pytest.approx(
+        reference.metric(1, "actor/clip_cov/batch_cov_selected_mean"), rel=1e-5, abs=1e-7)
 
 
 def test_demo_reports_its_run_and_the_replacement_is_announced_once(runs, assets):
