@@ -5,6 +5,7 @@ dropped silently). The warm-up itself runs in tests/e2e/test_recipes_cpu.py, thr
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -66,6 +67,40 @@ def test_prepared_rows_are_graded_by_verls_scorers(prepared, name, source, rows)
     if source != "openai/gsm8k":  # the DAPO instruction, as in the hub's DAPO-Math-17k prompts
         assert question.startswith("Solve the following math problem step by step.")
         assert question.endswith('Remember to put your answer on its own line after "Answer:".')
+
+
+def _word_oracle(question: str) -> int:
+    """The answer of a word problem, computed here from its words."""
+    numbers = [int(x) for x in re.findall(r"\d+", question)]
+    if "more" in question:
+        return numbers[0] + numbers[1]
+    if "gave" in question:
+        return numbers[0] - numbers[1]
+    assert "in each bag" in question, question
+    return numbers[0] * numbers[1]
+
+
+def test_word_problems_for_the_real_model_are_graded_by_verls_scorers(tmp_path):
+    """``sources --style words``: GSM8K rows whose reference ends in ``#### N`` with N the problem's answer (so the
+    GSM8K preparation keeps them), a worked line per question for the warm-up, all three difficulties present."""
+    from verl.utils.reward_score import default_compute_score
+
+    from verl_ext.testbed.math_assets import write_sources
+
+    src = write_sources(tmp_path / "src", train=64, test=8, seed=3, style="words")
+    prepare("prepare_gsm8k.py", "--local-path", src["gsm8k_train"], "--splits", "train", tmp=tmp_path)
+    worked = json.loads(Path(src["worked"]).read_text())
+    frame = pd.read_parquet(tmp_path / "data" / "gsm8k-train.parquet")
+    assert len(frame) == 64
+    kinds = set()
+    for row in frame.to_dict("records"):
+        question, truth = row["extra_info"]["question"], row["reward_model"]["ground_truth"]
+        assert truth == str(_word_oracle(question))
+        assert worked[question].endswith(f"= {truth}")
+        kinds.add(next(k for k in ("gets", "gave", "A friend", "in each bag") if k in question))
+        for answer, score in ((truth, 1.0), (str(int(truth) + 1), 0.0)):
+            assert default_compute_score("openai/gsm8k", f"{worked[question]}\n#### {answer}", truth) == score
+    assert kinds == {"gets", "gave", "A friend", "in each bag"}
 
 
 def test_tokenizer_round_trips_every_prompt_and_answer(prepared, tmp_path):
