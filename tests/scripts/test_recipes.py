@@ -251,6 +251,28 @@ def test_scale_values_are_checked(tmp_path):
     assert res.returncode == 2 and "cpu_tiny.sh always runs in CPU mode" in res.stderr
     res = run_script(RECIPE_DIR / "dapo_kl_cov.sh", env={**env, "SCALE": "cpu", "PROMPTS": "3"})
     assert res.returncode == 2 and "PROMPTS=3 x N=4 is invalid for 2 training processes" in res.stderr
+    res = run_script(RECIPE_DIR / "dapo_kl_cov.sh", env={**env, "SCALE": "cpu", "MODEL": "qwen"})
+    assert res.returncode == 2 and "MODEL='qwen' is invalid: allowed tiny or smollm2" in res.stderr
+    res = run_script(RECIPE_DIR / "dapo_kl_cov.sh", env={**env, "MODEL": "smollm2"})
+    assert res.returncode == 2 and "MODEL=smollm2 is for SCALE=cpu: on a GPU cluster set MODEL_PATH" in res.stderr
+    res = run_script(RECIPE_DIR / "dapo_kl_cov.sh", env={**env, "SCALE": "cpu", "MODEL": "smollm2", "GEN_TP": "2"})
+    assert res.returncode == 2 and "GEN_TP='2' is invalid with MODEL=smollm2: allowed 1" in res.stderr
+
+
+def test_scale_cpu_smollm2_runs_the_dapo_recipe_on_the_real_model_with_its_sizes(tmp_path):
+    """MODEL=smollm2 changes the model, the data folder, the lengths, the learning rate and DAPO's vLLM TP (2 -> 1,
+    printed); everything else is the recipe's."""
+    env = {**base_env(tmp_path), "PRINT_CMD": "1", "SCALE": "cpu", "MODEL": "smollm2", "SCALE_DIR": str(tmp_path / "s")}
+    res = run_script(RECIPE_DIR / "dapo_kl_cov.sh", env=env)
+    assert res.returncode == 0, res.stderr
+    args = effective(shlex.split(res.stdout))
+    assert args["actor_rollout_ref.model.path"] == str(tmp_path / "s" / "smollm2" / "model")
+    assert args["data.train_files"] == f"['{tmp_path / 's' / 'smollm2' / 'data' / 'dapo-math-17k.parquet'}']"
+    assert (args["data.max_prompt_length"], args["data.max_response_length"]) == ("160", "64")
+    assert args["actor_rollout_ref.rollout.tensor_model_parallel_size"] == "1"
+    assert args["actor_rollout_ref.actor.optim.lr"] == "1e-5"
+    assert args["algorithm.filter_groups.enable"] == "True"  # DAPO's structure unchanged
+    assert "MODEL=smollm2: " in res.stderr and "vLLM TP 1" in res.stderr
 
 
 def test_wandb_goes_offline_without_a_key(tmp_path):
