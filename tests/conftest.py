@@ -1,7 +1,8 @@
 """Shared fixtures: the tiny Qwen2 model (built once per session, no downloads), the markers and the two tiers.
 
 Two tiers: ``python -m pytest -q`` runs every test that starts no Ray cluster and no vLLM engine (pyproject's
-``addopts`` deselects ``e2e``); ``python -m pytest -q -m e2e`` runs the real launches of verl's trainer. The fast tier is
+``addopts`` deselects ``e2e``, and spreads the test files over the cores with pytest-xdist); ``python -m pytest -q -m e2e``
+runs the real launches of verl's trainer, one after another in one process. The fast tier is
 enforced, not trusted: every test not marked ``e2e`` runs with ``tests/_fast_tier`` first on ``PYTHONPATH`` and
 ``PYTEST_VERL_EXT_FAST_TIER=1``, whose ``sitecustomize`` makes starting a Ray node or a vLLM engine raise, in the pytest
 process and in every Python process the test starts.
@@ -43,6 +44,24 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "engine: runs verl's real FSDP2 TrainingWorker on CPU/gloo (slow-ish)")
     config.addinivalue_line("markers", "e2e: runs verl's whole trainer in CPU mode (Ray, FSDP2, vLLM's CPU engine; minutes); "
                             "the end-to-end tier, python -m pytest -m e2e")  # fmt: skip
+
+
+MAX_WORKERS = 4
+"""``-n auto`` uses at most this many pytest-xdist workers (each imports torch and verl: ~1 GB)."""
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto`` (pyproject's ``addopts``): one worker per physical core, at most :data:`MAX_WORKERS`, for the fast
+    tier; none (one process, in order) when the run selects e2e tests: a launch of verl's trainer already keeps every
+    core busy, and two at once only slow each other down. ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still wins."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
+    markexpr = config.getoption("markexpr", "") or ""
+    if "e2e" in markexpr.replace("not e2e", ""):
+        return 0
+    import psutil
+
+    return max(1, min(MAX_WORKERS, psutil.cpu_count(logical=False) or 1))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
