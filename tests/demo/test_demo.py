@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from verl_ext.demo.cli import main
-from verl_ext.demo.runs import STEP_LINE, DemoSettings, recipe_script, run_command
+from verl_ext.demo.runs import MODELS, STEP_LINE, DemoSettings, recipe_script, run_command
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -95,6 +95,23 @@ def test_each_run_is_the_recipe_with_its_loss_and_the_shared_settings(tmp_path):
                                          "verl_ext.entropy_control.actuator=entropy_coef"} <= set(cmd)  # fmt: skip
     cmd, env = run_command("entropic", settings, tmp_path, build_assets=False)
     assert env["LOSS"] == "vanilla" and "verl_ext.entropy_control.actuator=pos_weight" in cmd
+
+
+def test_model_smollm2_gives_the_recipe_the_real_model_and_its_sizes(tmp_path, monkeypatch):
+    """``--model smollm2``: MODEL reaches the recipe, with the real model's sizes unless given; a bad name is an error."""
+    settings = DemoSettings.for_model("smollm2", steps=5, prompts=None, lr=2e-5)
+    assert (settings.prompts, settings.samples, settings.response_length, settings.lr, settings.cov_ratio) == (
+        MODELS["smollm2"]["prompts"], MODELS["smollm2"]["samples"], 64, 2e-5, MODELS["smollm2"]["cov_ratio"])
+    monkeypatch.setenv("VERL_EXT_MODEL_CACHE", str(tmp_path / "models"))
+    monkeypatch.setenv("VERL_PLATFORM", "cuda")
+    _cmd, env = run_command("vanilla", settings, tmp_path, build_assets=True)
+    assert (env["MODEL"], env["RESPONSE_LENGTH"], env["LR"]) == ("smollm2", "64", "2e-05")
+    assert env["VERL_EXT_MODEL_CACHE"] == str(tmp_path / "models") and "VERL_PLATFORM" not in env  # the cache is kept
+    assert run_command("vanilla", DemoSettings(), tmp_path, build_assets=True)[1]["MODEL"] == "tiny"
+    with pytest.raises(ValueError, match="--model 'qwen' is invalid: allowed one of"):
+        DemoSettings.for_model("qwen")
+    with pytest.raises(ValueError, match="--model 'qwen' is invalid"):
+        DemoSettings(model="qwen")
 
 
 def test_progress_follows_verls_console_step_lines_behind_rays_prefix():

@@ -90,7 +90,7 @@ def base_env(tmp_path: Path) -> dict[str, str]:
                  "RESPONSE_LENGTH", "PROMPTS", "N", "LR", "SEED", "ASSETS", "RAY_ADDRESS", "VERL_PLATFORM",
                  "VERL_FILE_LOGGER_PATH", "MAX_PROMPT_LENGTH", "MAX_RESPONSE_LENGTH", "OVERLONG_BUFFER",
                  "MAX_NUM_GEN_BATCHES", "SCALE", "SCALE_DIR", "VAL_N", "FAMILY", "PROTOCOL", "CKPT",
-                 "EVAL_DIR", "ENTROPY_TARGET"):  # fmt: skip
+                 "EVAL_DIR", "ENTROPY_TARGET", "MODEL"):  # fmt: skip
         env.pop(name, None)
     env["HOME"] = str(tmp_path)
     env["PYTHON"] = sys.executable
@@ -449,6 +449,30 @@ def test_dry_run(name, dry_runs):
 # ----------------------------------------------------------------------------------------------------------
 
 CPU_RECIPE = RECIPE_DIR / "cpu_tiny.sh"
+
+
+def test_cpu_recipe_trains_the_real_model_with_model_smollm2(tmp_path):
+    """MODEL=smollm2: the real model's folder, GSM8K-format word problems scored by verl's own gsm8k scorer (no custom
+    reward function), its lengths and sizes; MODEL=tiny is today's toy; anything else is refused by name."""
+    env = {**base_env(tmp_path), "MODEL": "smollm2", "WORK_DIR": str(tmp_path / "w")}
+    values = effective(command(CPU_RECIPE, env=env))
+    real = tmp_path / "w" / "smollm2"
+    assert values["actor_rollout_ref.model.path"] == str(real / "model")
+    assert values["data.train_files"] == f"['{real / 'data' / 'gsm8k-train.parquet'}']"
+    assert values["data.val_files"] == f"['{real / 'data' / 'gsm8k-test.parquet'}']"
+    assert not any(key.startswith("reward.custom_reward_function") for key in values)
+    assert (values["data.max_prompt_length"], values["data.max_response_length"]) == ("160", "64")
+    assert values["actor_rollout_ref.rollout.max_model_len"] == "224"
+    assert (values["data.train_batch_size"], values["actor_rollout_ref.rollout.n"]) == ("4", "4")
+    assert values["actor_rollout_ref.actor.optim.lr"] == "1e-5"
+    # the variables still win over the model's defaults
+    values = effective(command(CPU_RECIPE, env={**env, "PROMPTS": "8", "RESPONSE_LENGTH": "32"}))
+    assert (values["data.train_batch_size"], values["data.max_response_length"]) == ("8", "32")
+    tiny = effective(command(CPU_RECIPE, env={**env, "MODEL": "tiny"}))
+    assert tiny["actor_rollout_ref.model.path"] == str(tmp_path / "w" / "model")
+    assert tiny["reward.custom_reward_function.path"] == "pkg://verl_ext.testbed.task"
+    res = run_script(CPU_RECIPE, env={**env, "MODEL": "qwen", "PRINT_CMD": "1"})
+    assert res.returncode == 2 and "MODEL='qwen' is invalid: allowed tiny" in res.stderr
 
 
 @pytest.mark.parametrize("loss", ["vanilla", "clip_cov", "kl_cov", "grpo_erc", "gppo_erc"])

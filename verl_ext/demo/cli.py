@@ -1,7 +1,7 @@
 """``python -m verl_ext.demo``: watch the entropy mechanism on CPU, through verl's real trainer.
 
 Runs the CPU recipe (``recipe/cpu_tiny.sh``: GRPO on the repeat-the-digit task with a tiny Qwen2 built locally, no
-download) once per loss through ``python -m verl_ext.main_ppo`` - Ray on 127.0.0.1, FSDP2 on gloo, vLLM's CPU engine
+download; ``--model smollm2``: the real SmolLM2-135M-Instruct on GSM8K-format word problems) once per loss through ``python -m verl_ext.main_ppo`` - Ray on 127.0.0.1, FSDP2 on gloo, vLLM's CPU engine
 as the rollout server, verl's reward loop and weight sync - with the same model, data and seed. Writes to ``--out``:
 
 * ``runs/<run>.jsonl`` - every step's metrics, written by verl's own ``file`` logger;
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from verl_ext.cpu.machine import machine_line
 from verl_ext.demo.report import summary_table, write_csv
-from verl_ext.demo.runs import AUTOPILOT_RUN, CONTROL_RUNS, RUN_NAMES, DemoSettings, log_path, train_all
+from verl_ext.demo.runs import AUTOPILOT_RUN, CONTROL_RUNS, MODELS, RUN_NAMES, TASKS, DemoSettings, log_path, train_all
 
 DEFAULT_RUNS = ("vanilla", "clip_cov")
 
@@ -41,21 +41,28 @@ def parse_runs(text: str) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    defaults = DemoSettings()
+    tiny, real = MODELS["tiny"], MODELS["smollm2"]
+
+    def sizes(key: str) -> str:
+        return f"default {tiny[key]}, {real[key]} with --model smollm2"
+
     p = argparse.ArgumentParser(prog="python -m verl_ext.demo", description=__doc__.split("\n\n")[0],
                                 epilog="Arguments after -- are Hydra overrides for every run.")
-    p.add_argument("--steps", type=int, default=defaults.steps, help="training steps per run (default %(default)s)")
-    p.add_argument("--seed", type=int, default=defaults.seed, help="seed of model, data, sampling (default %(default)s)")
+    p.add_argument("--steps", type=int, default=DemoSettings.steps, help="training steps per run (default %(default)s)")
+    p.add_argument("--seed", type=int, default=DemoSettings.seed, help="seed of model, data, sampling (default %(default)s)")
+    p.add_argument("--model", choices=list(MODELS), default="tiny",
+                   help="tiny: a random tiny Qwen2 on repeat-the-digit (no download); smollm2: the real "
+                        "SmolLM2-135M-Instruct from its PyPI wheel on GSM8K-format word problems (default %(default)s)")
     p.add_argument("--losses", type=parse_runs, default=list(DEFAULT_RUNS),
                    help=f"comma-separated runs, from {', '.join(RUN_NAMES)} (default {','.join(DEFAULT_RUNS)})")
     p.add_argument("--out", type=Path, default=Path("demo_out"), help="output directory (default %(default)s)")
-    p.add_argument("--prompts-per-step", type=int, default=defaults.prompts, help="prompts per step (default %(default)s)")
-    p.add_argument("--samples-per-prompt", type=int, default=defaults.samples, help="GRPO group size (default %(default)s)")
-    p.add_argument("--response-length", type=int, default=defaults.response_length,
-                   help="response tokens, the task's length (default %(default)s)")
-    p.add_argument("--lr", type=float, default=defaults.lr, help="learning rate (default %(default)s)")
-    p.add_argument("--cov-ratio", type=float, default=defaults.cov_ratio,
-                   help="Clip-Cov / KL-Cov selection ratio (default %(default)s: a handful of a step's ~2000 tokens)")
+    p.add_argument("--prompts-per-step", type=int, help=f"prompts per step ({sizes('prompts')})")
+    p.add_argument("--samples-per-prompt", type=int, help=f"GRPO group size ({sizes('samples')})")
+    p.add_argument("--response-length", type=int,
+                   help=f"response tokens: the tiny task's length, the real model's budget ({sizes('response_length')})")
+    p.add_argument("--lr", type=float, help=f"learning rate ({sizes('lr')})")
+    p.add_argument("--cov-ratio", type=float,
+                   help=f"Clip-Cov / KL-Cov selection ratio ({sizes('cov_ratio')}: a handful of a step's tokens)")
     p.add_argument("--entropy-target", type=float, default=None, metavar="NATS",
                    help=f"the target of the entropy-control runs ({', '.join(CONTROL_RUNS)}); alone, it adds "
                         f"{AUTOPILOT_RUN!r}: clip_cov whose selection ratio the autopilot sets to hold this entropy")
@@ -76,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        settings = DemoSettings(steps=args.steps, seed=args.seed, prompts=args.prompts_per_step,
+        settings = DemoSettings.for_model(args.model, steps=args.steps, seed=args.seed, prompts=args.prompts_per_step,
                                 samples=args.samples_per_prompt, response_length=args.response_length, lr=args.lr, cov_ratio=args.cov_ratio,
                                 entropy_target=args.entropy_target, overrides=tuple(overrides))  # fmt: skip
     except ValueError as exc:
@@ -113,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     machine = machine_line()
     write_csv(history, out / "metrics.csv")
     results = [analyze.analyse(run, None, None) for name in runs for run in read_runs(f"{name}={log_path(out, name)}")]
-    title = f"verl_ext CPU demo (verl's trainer): GRPO, repeat-the-digit, {settings.steps} steps, seed {settings.seed}"
+    title = f"verl_ext CPU demo (verl's trainer): GRPO, {TASKS[settings.model]}, {settings.steps} steps, seed {settings.seed}"
     png = analyze.plot(results, out / "entropy_demo.png", None, None, title=f"{title}\n{machine}")
     print(summary_table(history))
     print()

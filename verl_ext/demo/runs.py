@@ -3,8 +3,9 @@ real trainer (Ray on 127.0.0.1, FSDP2 on gloo, vLLM's CPU engine as the rollout 
 weight sync), nothing written by hand.
 
 The recipe ships inside the package (``verl_ext.recipe``, the repository's ``recipe/``), so the demo runs the same
-script a user runs. What the runs of one demo share: the tiny model and the task data (built by the first run, in
-``OUT``), the seed, and every setting but the loss.
+script a user runs. What the runs of one demo share: the model and the task data (built by the first run, in
+``OUT``: the tiny model, or SmolLM2-135M-Instruct warmed up once with ``--model smollm2``), the seed, and every
+setting but the loss.
 """
 
 from __future__ import annotations
@@ -44,6 +45,17 @@ from 0, +- 0.0001 in [0, 0.005] (their or1_scripts/train/*.sh), EntroPIC's gains
 
 RUN_NAMES = (*LOSSES, *CONTROL_RUNS)
 
+MODELS: dict[str, dict[str, Any]] = {
+    "tiny": dict(prompts=16, samples=8, response_length=16, lr=5e-3, cov_ratio=0.02),
+    "smollm2": dict(prompts=4, samples=4, response_length=64, lr=1e-5, cov_ratio=0.1),
+}
+"""``MODEL`` of ``recipe/cpu_tiny.sh`` -> the demo's sizes for it. ``tiny``: a random tiny Qwen2 on repeat-the-digit
+(a step ~2000 response tokens; 0.02 selects a handful). ``smollm2``: the real SmolLM2-135M-Instruct on GSM8K-format
+word problems (docs/real_model.md), with the sizes of ``SCALE=cpu MODEL=smollm2`` (a step ~250 response tokens)."""
+
+TASKS = {"tiny": "tiny Qwen2, repeat-the-digit", "smollm2": "SmolLM2-135M-Instruct, GSM8K-format word problems"}
+"""What each model's runs train on, for titles."""
+
 STEP_LINE = re.compile(r"\bstep:(\d+) - ")
 """A step's line of verl's console logger (behind Ray's ``(TaskRunner pid=...)`` prefix)."""
 
@@ -62,6 +74,7 @@ class DemoSettings:
 
     steps: int = 20
     seed: int = 0
+    model: str = "tiny"
     prompts: int = 16
     samples: int = 8
     response_length: int = 16
@@ -71,7 +84,16 @@ class DemoSettings:
     overrides: tuple[str, ...] = ()
     extra_env: Mapping[str, str] = field(default_factory=dict)
 
+    @classmethod
+    def for_model(cls, model: str, **given: Any) -> DemoSettings:
+        """Settings with ``model``'s sizes (:data:`MODELS`) where ``given`` has no value (or ``None``)."""
+        if model not in MODELS:
+            raise ValueError(f"--model {model!r} is invalid: allowed one of {list(MODELS)}")
+        return cls(model=model, **{**MODELS[model], **{k: v for k, v in given.items() if v is not None}})
+
     def __post_init__(self) -> None:
+        if self.model not in MODELS:
+            raise ValueError(f"--model {self.model!r} is invalid: allowed one of {list(MODELS)}")
         for key, flag, low in (("steps", "--steps", 1), ("seed", "--seed", 0), ("prompts", "--prompts-per-step", 2),
                                ("samples", "--samples-per-prompt", 2), ("response_length", "--response-length", 1)):  # fmt: skip
             value = getattr(self, key)
@@ -105,9 +127,10 @@ def run_command(run: str, settings: DemoSettings, out: Path, build_assets: bool)
         loss, keys = CONTROL_RUNS[run]
         overrides += ["verl_ext.entropy_control.enable=true", f"verl_ext.entropy_control.target={settings.entropy_target}",
                       *(f"verl_ext.entropy_control.{kv}" for kv in keys)]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RAY_"))}
+    # a run's own VERL_* / RAY_* settings come from the recipe; the user's model cache (--model smollm2) is kept
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RAY_")) or k == "VERL_EXT_MODEL_CACHE"}
     env.update(
-        LOSS=loss, EXP_NAME=run, WORK_DIR=str(out),
+        LOSS=loss, EXP_NAME=run, WORK_DIR=str(out), MODEL=settings.model,
         ASSETS="1" if build_assets else "0", STEPS=str(settings.steps), SEED=str(settings.seed),
         PROMPTS=str(settings.prompts), N=str(settings.samples), RESPONSE_LENGTH=str(settings.response_length), LR=repr(settings.lr), COV_RATIO=repr(settings.cov_ratio),
         PYTHON=sys.executable, VERL_FILE_LOGGER_PATH=str(log_path(out, run)),
@@ -147,11 +170,12 @@ def train_all(runs: Sequence[str], settings: DemoSettings, out: Path, log: IO[st
               on_step: Callable[[str, int], None] = lambda run, step: None) -> dict[str, list[dict[str, Any]]]:  # fmt: skip
     """Every run in turn; the first builds the model and the data that the others reuse."""
     history: dict[str, list[dict[str, Any]]] = {}
+    model_dir = out / "smollm2" / "model" if settings.model == "smollm2" else out / "model"
     for i, run in enumerate(runs):
-        history[run] = train(run, settings, out, build_assets=i == 0 and not (out / "model").is_dir(), log=log,
+        history[run] = train(run, settings, out, build_assets=i == 0 and not model_dir.is_dir(), log=log,
                              on_step=lambda step, run=run: on_step(run, step))  # fmt: skip
     return history
 
 
-__all__ = ["AUTOPILOT_BOUNDS", "AUTOPILOT_RUN", "CONTROL_RUNS", "DemoSettings", "LOSSES", "RUN_NAMES", "STEP_LINE", "log_path",
+__all__ = ["AUTOPILOT_BOUNDS", "AUTOPILOT_RUN", "CONTROL_RUNS", "DemoSettings", "LOSSES", "MODELS", "RUN_NAMES", "TASKS", "STEP_LINE", "log_path",
            "read_steps", "recipe_script", "run_command", "train", "train_all"]  # fmt: skip
