@@ -1,8 +1,9 @@
 """``python -m verl_ext.demo``: watch the entropy mechanism on CPU, through verl's real trainer.
 
 Runs the CPU recipe (``recipe/cpu_tiny.sh``: GRPO on the repeat-the-digit task with a tiny Qwen2 built locally, no
-download; ``--model smollm2``: the real SmolLM2-135M-Instruct on GSM8K-format word problems) once per loss through ``python -m verl_ext.main_ppo`` - Ray on 127.0.0.1, FSDP2 on gloo, vLLM's CPU engine
-as the rollout server, verl's reward loop and weight sync - with the same model, data and seed. Writes to ``--out``:
+download; ``--model smollm2``: the real SmolLM2-135M-Instruct on GSM8K-format word problems) once per loss through
+``python -m verl_ext.main_ppo`` - Ray on 127.0.0.1, FSDP2 on gloo, vLLM's CPU engine as the rollout server, verl's
+reward loop and weight sync - with the same model, data and seed. Writes to ``--out``:
 
 * ``runs/<run>.jsonl`` - every step's metrics, written by verl's own ``file`` logger;
 * ``metrics.csv`` - the same metrics, one row per (run, step);
