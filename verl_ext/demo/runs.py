@@ -45,14 +45,6 @@ from 0, +- 0.0001 in [0, 0.005] (their or1_scripts/train/*.sh), EntroPIC's gains
 
 RUN_NAMES = (*LOSSES, *CONTROL_RUNS)
 
-MODELS: dict[str, dict[str, Any]] = {
-    "tiny": dict(prompts=16, samples=8, response_length=16, lr=5e-3, cov_ratio=0.02),
-    "smollm2": dict(prompts=4, samples=4, response_length=64, lr=1e-5, cov_ratio=0.1),
-}
-"""``MODEL`` of ``recipe/cpu_tiny.sh`` -> the demo's sizes for it. ``tiny``: a random tiny Qwen2 on repeat-the-digit
-(a step ~2000 response tokens; 0.02 selects a handful). ``smollm2``: the real SmolLM2-135M-Instruct on GSM8K-format
-word problems (docs/real_model.md), with the sizes of ``SCALE=cpu MODEL=smollm2`` (a step ~250 response tokens)."""
-
 TASKS = {"tiny": "tiny Qwen2, repeat-the-digit", "smollm2": "SmolLM2-135M-Instruct, GSM8K-format word problems"}
 """What each model's runs train on, for titles."""
 
@@ -68,6 +60,14 @@ def recipe_script(name: str = "cpu_tiny.sh") -> Path:
     return path
 
 
+MODELS: dict[str, dict[str, Any]] = {
+    "tiny": dict(prompts=16, samples=8, response_length=16, lr=5e-3, cov_ratio=0.02),
+    "smollm2": dict(prompts=4, samples=4, response_length=64, lr=1e-5, cov_ratio=0.1),
+}
+"""``MODEL`` of ``recipe/cpu_tiny.sh`` -> the demo's sizes for it. ``tiny``: a random tiny Qwen2 on repeat-the-digit
+(a step ~2000 response tokens; 0.02 selects a handful). ``smollm2``: the real SmolLM2-135M-Instruct on GSM8K-format
+word problems (docs/real_model.md), with the sizes of ``SCALE=cpu MODEL=smollm2`` (a step ~250 response tokens)."""
+
 @dataclass(frozen=True)
 class DemoSettings:
     """What every run of one demo shares: the recipe's environment variables and extra Hydra overrides."""
@@ -75,11 +75,11 @@ class DemoSettings:
     steps: int = 20
     seed: int = 0
     model: str = "tiny"
-    prompts: int = 16
-    samples: int = 8
-    response_length: int = 16
-    lr: float = 5e-3
-    cov_ratio: float = 0.02
+    prompts: int = MODELS["tiny"]["prompts"]
+    samples: int = MODELS["tiny"]["samples"]
+    response_length: int = MODELS["tiny"]["response_length"]
+    lr: float = MODELS["tiny"]["lr"]
+    cov_ratio: float = MODELS["tiny"]["cov_ratio"]
     entropy_target: float | None = None
     overrides: tuple[str, ...] = ()
     extra_env: Mapping[str, str] = field(default_factory=dict)
