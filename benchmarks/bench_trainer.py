@@ -12,7 +12,9 @@ that each sees the same machine:
 
 Per run: the median of ``timing_s/step`` over the steps after the first (the first compiles and warms up), of the
 step without generation (``timing_s/step - timing_s/gen``) and of ``timing_s/update_actor``, the peak resident memory of the actor worker (``perf/max_memory_allocated_gb``, which CPU mode reports as the
-worker's RSS peak) and verl_ext's driver-side selection time (``timing_s/verl_ext/cov_selection``). Per
+worker's RSS peak), verl_ext's driver-side selection time (``timing_s/verl_ext/cov_selection``) and, on the V1
+trainer, the driver's TransferQueue round trip for the fields it adds (``timing_s/verl_ext/update_fields_fetch`` +
+``..._store``; both inside ``update_actor``). Per
 variant: the median over rounds, and its ratio to the matching verl variant.
 
     python benchmarks/bench_trainer.py --steps 8 --rounds 3 --json benchmarks/results_trainer_cpu.json
@@ -93,18 +95,20 @@ def figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "update_actor_s": statistics.median(r["timing_s/update_actor"] for r in later),
         "peak_rss_gb": max(r.get("actor/perf/max_memory_allocated_gb", float("nan")) for r in rows),
         "selection_s": statistics.median(r.get("timing_s/verl_ext/cov_selection", 0.0) for r in later),
+        "fetch_store_s": statistics.median(r.get("timing_s/verl_ext/update_fields_fetch", 0.0)
+                                           + r.get("timing_s/verl_ext/update_fields_store", 0.0) for r in later),
         "steps": len(rows),
     }
 
 
-FIGURES = ("step_s", "train_s", "update_actor_s", "peak_rss_gb", "selection_s")
+FIGURES = ("step_s", "train_s", "update_actor_s", "peak_rss_gb", "selection_s", "fetch_store_s")
 
 
 def summarise(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
     """Median over rounds of each figure, and the ratios to the variant's verl baseline."""
     table: dict[str, dict[str, Any]] = {}
     for name, runs in results.items():
-        table[name] = {key: statistics.median(run[key] for run in runs) for key in FIGURES}
+        table[name] = {key: statistics.median(run.get(key, 0.0) for run in runs) for key in FIGURES}
     for name, row in table.items():
         base = {**VARIANTS, "verl_ext clip_cov fixed": FIXED_VARIANT}[name]["baseline"]
         if base is not None and base in table:
@@ -118,13 +122,13 @@ def summarise(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, A
 
 def format_table(table: dict[str, dict[str, Any]]) -> str:
     lines = ["| variant | step s | x baseline | step without generation s | x baseline | update_actor s | x baseline "
-             "| actor peak RSS GB | x baseline | driver selection s |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+             "| actor peak RSS GB | x baseline | driver selection s | driver store fetch + put s |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
     for name, row in table.items():
         ratios = [f"{row[k]:.3f}" if k in row else "1" for k in ("step_ratio", "train_ratio", "update_ratio", "rss_ratio")]
         lines.append(f"| {name} | {row['step_s']:.3f} | {ratios[0]} | {row['train_s']:.3f} | {ratios[1]} | "
                      f"{row['update_actor_s']:.3f} | {ratios[2]} | {row['peak_rss_gb']:.3f} | {ratios[3]} | "
-                     f"{row['selection_s']:.4f} |")  # fmt: skip
+                     f"{row['selection_s']:.4f} | {row.get('fetch_store_s', 0.0):.4f} |")  # fmt: skip
     return "\n".join(lines)
 
 

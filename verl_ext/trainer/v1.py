@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -60,6 +61,13 @@ from verl_ext.trainer.workers import use_verl_ext_actor_worker
 class DynamicSamplingExhausted(RuntimeError):
     """DAPO's filter evicted so many groups that one training batch needed more than
     ``algorithm.filter_groups.max_num_gen_batches`` generation batches."""
+
+
+FETCH_TIMER = "timing_s/verl_ext/update_fields_fetch"
+"""Metric: seconds the driver spent fetching the update fields' inputs from the TransferQueue store (and padding
+them), inside verl's ``timing_s/update_actor``."""
+STORE_TIMER = "timing_s/verl_ext/update_fields_store"
+"""Metric: seconds the driver spent storing the fields verl_ext adds (jagged layout and ``kv_batch_put``)."""
 
 
 def generation_budget(config: Any) -> int | None:
@@ -121,8 +129,10 @@ class VerlExtV1Mixin(VerlExtDriverMixin):
         if needs_update_fields(actor_config, driver):
             with_entropy = needs_driver_entropy(actor_config, driver)
             wanted = [*SELECTION_INPUTS, *([V1_ENTROPY] if with_entropy else [])]
+            start = time.perf_counter()
             data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=wanted)
             padded = data.to_padded_tensor()
+            metrics[FETCH_TIMER] = time.perf_counter() - start
             entropy = padded[V1_ENTROPY] if with_entropy else None
             if driver.controller is not None:
                 driver.observe_entropy(entropy, padded["response_mask"])
@@ -131,8 +141,10 @@ class VerlExtV1Mixin(VerlExtDriverMixin):
             )
             fields = update_fields(padded, actor_config, driver, self.global_steps, step, metrics, entropy)
             if fields:
+                start = time.perf_counter()
                 batch = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
                                         fields=nested_fields(fields, data["response_mask"], data.batch_size))  # fmt: skip
+                metrics[STORE_TIMER] = time.perf_counter() - start
         return super()._update_actor(batch, metrics)
 
 
