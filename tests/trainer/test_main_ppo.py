@@ -213,6 +213,37 @@ def test_bad_values_name_the_key(compose, overrides, key, words):
     assert all(w in err for w in words), err
 
 
+@pytest.mark.parametrize(
+    "overrides, warns",
+    [
+        (["policy_loss@actor_rollout_ref.actor.policy_loss=grpo_erc", "actor_rollout_ref.actor.entropy_checkpointing=true"], True),
+        (["policy_loss@actor_rollout_ref.actor.policy_loss=entropy_adv", "actor_rollout_ref.actor.entropy_checkpointing=true"], True),
+        (["policy_loss@actor_rollout_ref.actor.policy_loss=high_entropy", "actor_rollout_ref.actor.policy_loss.high_entropy_scope=micro",
+          "actor_rollout_ref.actor.entropy_checkpointing=true"], True),
+        # batch-scope high_entropy, vanilla: no update entropy; an entropy bonus: the graph is needed
+        (["policy_loss@actor_rollout_ref.actor.policy_loss=high_entropy", "actor_rollout_ref.actor.entropy_checkpointing=true"], False),
+        (["actor_rollout_ref.actor.entropy_checkpointing=true"], False),
+        (["policy_loss@actor_rollout_ref.actor.policy_loss=grpo_erc", "actor_rollout_ref.actor.entropy_checkpointing=true",
+          "actor_rollout_ref.actor.entropy_coeff=0.001"], False),
+        (["policy_loss@actor_rollout_ref.actor.policy_loss=grpo_erc"], False),
+    ],
+)  # fmt: skip
+def test_entropy_checkpointing_with_an_update_entropy_loss_warns_of_its_memory(compose, overrides, warns):
+    """verl's checkpointed entropy keeps a graph verl_ext's graph-free entropy does not need (1.73x vanilla's peak,
+    benchmarks/bench_memory.py): said at config time, naming the key; the run is allowed."""
+    import warnings
+
+    from verl_ext.checks.validation import check_entropy_memory
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_entropy_memory(compose(*overrides))
+    messages = [str(w.message) for w in caught if "entropy_checkpointing" in str(w.message)]
+    assert bool(messages) == warns, messages
+    if warns:
+        assert messages[0].startswith("actor_rollout_ref.actor.entropy_checkpointing=True") and "set it to false" in messages[0].lower()
+
+
 def test_real_run_validates_before_ray_and_picks_the_task_runner(compose, monkeypatch):
     import verl.trainer.main_ppo as verl_main
 
