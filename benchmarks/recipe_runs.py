@@ -18,7 +18,7 @@ def run_recipe(work: Path, exp: str, args: list[str], timeout: int = 3600, **var
     """Train ``recipe/cpu_tiny.sh ARGS`` with the recipe ``variables`` (``LOSS``, ``STEPS``, ...) as experiment
     ``exp``, logging to ``work/<exp>.jsonl``; returns the metrics of each step in order. Raises on failure."""
     log = work / f"{exp}.jsonl"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RAY_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RAY_")) or k == "VERL_EXT_CPU_IOMP"}
     env.update(EXP_NAME=exp, VERL_FILE_LOGGER_PATH=str(log), PYTHON=sys.executable, **variables)
     proc = subprocess.run(["bash", str(REPO / "recipe" / "cpu_tiny.sh"), *args], env=env, cwd=work,
                           capture_output=True, text=True, timeout=timeout)  # fmt: skip

@@ -57,7 +57,7 @@ VARIANTS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
 
 def timed_run(recipe: str, scale_dir: Path, env_extra: dict[str, str], args: tuple[str, ...], log: Path) -> dict[str, float]:
     """One ``SCALE=cpu`` run; the seconds at which each phase's marker first appeared. Raises if the run fails."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RAY_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RAY_")) or k == "VERL_EXT_CPU_IOMP"}
     env.update(SCALE="cpu", SCALE_DIR=str(scale_dir), PYTHON=sys.executable, STEPS="1", EXP_NAME=f"startup-{log.stem}",
                **env_extra)  # fmt: skip
     start = time.monotonic()

@@ -104,9 +104,11 @@ def test_model_smollm2_gives_the_recipe_the_real_model_and_its_sizes(tmp_path, m
         MODELS["smollm2"]["prompts"], MODELS["smollm2"]["samples"], 64, 2e-5, MODELS["smollm2"]["cov_ratio"])
     monkeypatch.setenv("VERL_EXT_MODEL_CACHE", str(tmp_path / "models"))
     monkeypatch.setenv("VERL_PLATFORM", "cuda")
+    monkeypatch.setenv("VERL_EXT_CPU_IOMP", "0")
     _cmd, env = run_command("vanilla", settings, tmp_path, build_assets=True)
     assert (env["MODEL"], env["RESPONSE_LENGTH"], env["LR"]) == ("smollm2", "64", "2e-05")
     assert env["VERL_EXT_MODEL_CACHE"] == str(tmp_path / "models") and "VERL_PLATFORM" not in env  # the cache is kept
+    assert env["VERL_EXT_CPU_IOMP"] == "0"  # so is CPU mode's OpenMP switch
     assert run_command("vanilla", DemoSettings(), tmp_path, build_assets=True)[1]["MODEL"] == "tiny"
     with pytest.raises(ValueError, match="--model 'qwen' is invalid: allowed one of"):
         DemoSettings.for_model("qwen")

@@ -48,6 +48,9 @@ RUN_NAMES = (*LOSSES, *CONTROL_RUNS)
 TASKS = {"tiny": "tiny Qwen2, repeat-the-digit", "smollm2": "SmolLM2-135M-Instruct, GSM8K-format word problems"}
 """What each model's runs train on, for titles."""
 
+USER_SWITCHES = ("VERL_EXT_MODEL_CACHE", "VERL_EXT_CPU_IOMP")
+"""The user's VERL_* variables a demo run keeps (every other VERL_* / RAY_* one comes from the recipe)."""
+
 STEP_LINE = re.compile(r"\bstep:(\d+) - ")
 """A step's line of verl's console logger (behind Ray's ``(TaskRunner pid=...)`` prefix)."""
 
@@ -127,8 +130,9 @@ def run_command(run: str, settings: DemoSettings, out: Path, build_assets: bool)
         loss, keys = CONTROL_RUNS[run]
         overrides += ["verl_ext.entropy_control.enable=true", f"verl_ext.entropy_control.target={settings.entropy_target}",
                       *(f"verl_ext.entropy_control.{kv}" for kv in keys)]  # fmt: skip
-    # a run's own VERL_* / RAY_* settings come from the recipe; the user's model cache (--model smollm2) is kept
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RAY_")) or k == "VERL_EXT_MODEL_CACHE"}
+    # a run's own VERL_* / RAY_* settings come from the recipe; the user's model cache (--model smollm2) and CPU
+    # mode's OpenMP switch are kept
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RAY_")) or k in USER_SWITCHES}
     env.update(
         LOSS=loss, EXP_NAME=run, WORK_DIR=str(out), MODEL=settings.model,
         ASSETS="1" if build_assets else "0", STEPS=str(settings.steps), SEED=str(settings.seed),

