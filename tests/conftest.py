@@ -8,7 +8,8 @@ enforced, not trusted: every test not marked ``e2e`` runs with ``tests/_fast_tie
 process and in every Python process the test starts.
 
 Tests mirror the packages (``tests/losses``, ``tests/trainer``, ``tests/cpu``, ``tests/analysis``, ``tests/demo``),
-plus ``tests/scripts`` (recipes, data, cluster scripts) and ``tests/e2e`` (verl's whole trainer in CPU mode).
+plus ``tests/scripts`` (recipes, data, cluster scripts), ``tests/benchmarks`` (the benchmarks' own logic) and
+``tests/e2e`` (verl's whole trainer in CPU mode).
 ``tests`` is not a package (verl installs one named ``tests``); this file puts it on ``sys.path`` so that every
 test module can import the float64 oracles, ``_oracles``.
 """

@@ -72,7 +72,7 @@ def run(config: DictConfig) -> int:
     auto_set_device(config)
     if cpu_mode.active():
         try:
-            line = cpu_openmp.apply(config)  # Intel's OpenMP runtime in every Ray worker (vLLM generates faster)
+            line = cpu_openmp.apply(config)  # VERL_EXT_CPU_IOMP=1: Intel's OpenMP runtime in every Ray worker
         except (ValueError, FileNotFoundError) as exc:
             print(f"verl_ext: invalid environment: {exc}", file=sys.stderr)
             return 2
