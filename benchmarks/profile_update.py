@@ -52,6 +52,11 @@ def worker_pids() -> list[int]:
     return sorted(pids)
 
 
+def rank_file(prefix: Path, rank: int) -> Path:
+    """Where rank ``rank``'s py-spy writes its samples: ``<prefix>.rank<rank>.txt``."""
+    return prefix.parent / f"{prefix.name}.rank{rank}.txt"
+
+
 def attach_profilers(ranks: int, out_prefix: Path, rate: int, stop: threading.Event) -> list[subprocess.Popen]:
     """Wait for ``ranks`` training processes and start one py-spy on each (it ends when its process ends)."""
     deadline = time.monotonic() + 900
@@ -60,7 +65,7 @@ def attach_profilers(ranks: int, out_prefix: Path, rate: int, stop: threading.Ev
             return []
         time.sleep(0.2)
     return [subprocess.Popen([shutil.which("py-spy"), "record", "--idle", "--nonblocking", "--rate", str(rate),
-                              "--format", "raw", "-o", f"{out_prefix}.rank{i}.txt", "--pid", str(pid)],
+                              "--format", "raw", "-o", str(rank_file(out_prefix, i)), "--pid", str(pid)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             for i, pid in enumerate(pids[:ranks])]  # fmt: skip
 
@@ -164,8 +169,11 @@ def main(argv: list[str] | None = None) -> int:
             figures[name] = run_figures(read_rows(work, run_name(name, 0)))
         else:
             figures[name] = profile_run(name, prefix, work, args)
-        stacks = [stack for i in range(args.gpus_per_node) if (prefix.parent / f"{prefix.name}.rank{i}.txt").exists()
-                  for stack in parse_raw(prefix.parent / f"{prefix.name}.rank{i}.txt")]  # fmt: skip
+        files = [rank_file(prefix, i) for i in range(args.gpus_per_node)]
+        missing = [str(f) for f in files if not f.is_file()]
+        if missing:  # the per-rank figures divide by every rank: a rank without samples would halve them silently
+            raise SystemExit(f"no py-spy samples for some training processes: {missing}; is py-spy allowed to read them?")
+        stacks = [stack for f in files for stack in parse_raw(f)]
         seconds = worker_update_profile(stacks, args.rate)
         if "<update_actor>" not in seconds:
             raise SystemExit(f"{prefix}.rank*.txt: no sample inside a worker's update_actor; is py-spy allowed to read the workers?")
