@@ -139,6 +139,16 @@ recipe_scale_defaults() {
 
 # recipe_scale_cpu: after the family's and the loss's settings: the size overrides (SCALE_ARGS, placed before the
 # script's own arguments, which still win) and the assets; prints what it changes.
+# recipe_join_cluster_args ARRAY: with RAY_ADDRESS (joining a running Ray cluster, e.g. scripts/cluster/ray_head.sh)
+# CPU mode's local-cluster settings of configs/platform/cpu.yaml are nulled (appended to the named array): Ray
+# rejects them when it joins a cluster, whose own `ray start` sets the CPUs and GPUs.
+recipe_join_cluster_args() {
+    [[ -n "${RAY_ADDRESS-}" ]] || return 0
+    local -n args_ref="$1"
+    args_ref+=(ray_kwargs.ray_init.num_cpus=null ray_kwargs.ray_init.num_gpus=null
+               ray_kwargs.ray_init.include_dashboard=null)
+}
+
 recipe_scale_cpu() {
     [[ "${SCALE:-gpu}" == cpu ]] || return 0
     local tokens=$((MAX_PROMPT_LENGTH + MAX_RESPONSE_LENGTH)) world=$((NNODES * GPUS_PER_NODE))
@@ -159,6 +169,7 @@ recipe_scale_cpu() {
         data.dataloader_num_workers=0
         "++ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH=$VERL_FILE_LOGGER_PATH"
     )
+    recipe_join_cluster_args SCALE_ARGS
     if [[ -n "${RECIPE_VAL_N-}" ]]; then  # sampled validation (DAPO's n = 32): VAL_N samples; greedy (GSM8K) stays n = 1
         SCALE_ARGS+=("actor_rollout_ref.rollout.val_kwargs.n=$VAL_N")
     fi
@@ -511,11 +522,7 @@ recipe_cpu_base() {
         trainer.save_freq=-1
         "++ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH=$VERL_FILE_LOGGER_PATH"
     )
-    if [[ -n "${RAY_ADDRESS-}" ]]; then
-        # joining a running cluster (RAY_ADDRESS): Ray rejects the local-cluster settings of platform/cpu.yaml
-        RECIPE_ARGS+=(ray_kwargs.ray_init.num_cpus=null ray_kwargs.ray_init.num_gpus=null
-                      ray_kwargs.ray_init.include_dashboard=null)
-    fi
+    recipe_join_cluster_args RECIPE_ARGS
     recipe_loggers
 }
 

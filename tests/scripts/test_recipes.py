@@ -494,6 +494,17 @@ def test_cpu_recipe_command_per_loss(loss, tmp_path):
     assert "ray_kwargs.ray_init.num_gpus" not in values  # the local cluster's slots come from platform/cpu.yaml
 
 
+def test_scale_cpu_recipe_joining_a_cluster(tmp_path):
+    """SCALE=cpu with RAY_ADDRESS: CPU mode's local-cluster settings (which Ray rejects when joining, and
+    verl_ext's validation names) are nulled; without RAY_ADDRESS they stay unset on the command line."""
+    env = {**base_env(tmp_path), "SCALE": "cpu", "SCALE_DIR": str(tmp_path / "s")}
+    local = effective(command(RECIPE_DIR / "dapo_clip_cov.sh", env=env))
+    assert not {"ray_kwargs.ray_init.num_cpus", "ray_kwargs.ray_init.num_gpus"} & local.keys()
+    joined = effective(command(RECIPE_DIR / "dapo_clip_cov.sh", env={**env, "RAY_ADDRESS": "127.0.0.1:6390"}))
+    for key in ("num_cpus", "num_gpus", "include_dashboard"):
+        assert joined[f"ray_kwargs.ray_init.{key}"] == "null", key
+
+
 def test_cpu_recipe_joining_a_cluster_and_two_nodes(tmp_path):
     env = {**base_env(tmp_path), "RAY_ADDRESS": "127.0.0.1:6390", "NNODES": "2", "WORK_DIR": str(tmp_path)}
     values = effective(command(CPU_RECIPE, env=env))
