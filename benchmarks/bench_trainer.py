@@ -1,6 +1,6 @@
 """What verl_ext's trainer costs on top of verl's: whole training steps of the CPU recipe, side by side.
 
-Four variants of ``recipe/cpu_tiny.sh`` (same model, data, seed and settings), run in interleaved rounds so
+Six variants of ``recipe/cpu_tiny.sh`` (same model, data, seed and settings), run in interleaved rounds so
 that each sees the same machine:
 
 * ``verl_ext vanilla``   - ``python -m verl_ext.main_ppo``, verl's vanilla loss: verl_ext's TaskRunner,
@@ -8,7 +8,11 @@ that each sees the same machine:
 * ``verl vanilla``       - ``python -m verl.trainer.main_ppo`` with CPU mode only (the ``verl_ext_cpu`` plugin,
   not verl_ext's losses): verl as it ships;
 * ``verl_ext clip_cov``  - verl_ext's ``clip_cov`` in batch scope (selection on the driver before each update);
-* ``verl clip_cov``      - verl's built-in ``clip_cov`` (per micro-batch), verl's entry point.
+* ``verl clip_cov``      - verl's built-in ``clip_cov`` (per micro-batch), verl's entry point;
+* ``verl_ext kl_cov`` / ``verl kl_cov`` - the same pair for KL-Cov.
+
+With ``VERL_EXT_CPU_IOMP=1`` (CPU mode's opt-in Intel OpenMP preload, which only verl_ext's entry point applies)
+verl's variants get the same ``LD_PRELOAD``, so that both sides of a pair run on one OpenMP runtime.
 
 Per run: the median of ``timing_s/step`` over the steps after the first (the first compiles and warms up), of the
 step without generation (``timing_s/step - timing_s/gen``) and of ``timing_s/update_actor``, the peak resident memory of the actor worker (``perf/max_memory_allocated_gb``, which CPU mode reports as the
@@ -46,6 +50,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "verl vanilla": {"loss": "vanilla", "entry": "verl.trainer.main_ppo", "baseline": None},
     "verl_ext clip_cov": {"loss": "clip_cov", "entry": "verl_ext.main_ppo", "baseline": "verl clip_cov"},
     "verl clip_cov": {"loss": "clip_cov", "entry": "verl.trainer.main_ppo", "baseline": None},
+    "verl_ext kl_cov": {"loss": "kl_cov", "entry": "verl_ext.main_ppo", "baseline": "verl kl_cov"},
+    "verl kl_cov": {"loss": "kl_cov", "entry": "verl.trainer.main_ppo", "baseline": None},
 }
 VERL_ONLY_ARGS = ("hydra.searchpath=[pkg://verl_ext.configs]", "+platform=cpu")
 """verl's entry point with CPU mode's config group (verl's own config does not list it)."""
@@ -74,8 +80,17 @@ def run_variant(name: str, spec: dict[str, Any], work: Path, steps: int, round_i
     if spec["entry"].startswith("verl."):
         # CPU mode without verl_ext's losses: verl's registry keeps its own clip_cov; forwarded to every worker
         variables["VERL_USE_EXTERNAL_PLUGINS"] = "verl_ext_cpu"
-        args += [*VERL_ONLY_ARGS, "++ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_PLUGINS=verl_ext_cpu"]
+        args += [*VERL_ONLY_ARGS, "++ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_PLUGINS=verl_ext_cpu",
+                 *same_openmp_runtime()]  # fmt: skip
     return figures(run_recipe(work, run_name(name, round_index), args, **variables))
+
+
+def same_openmp_runtime() -> list[str]:
+    """The override that gives verl's entry point the OpenMP preload verl_ext's applies (``VERL_EXT_CPU_IOMP=1``);
+    none when it is off. Without it a pair would compare two OpenMP runtimes, not two trainers."""
+    from verl_ext.cpu import openmp
+
+    return [f"++{openmp.KEY}={openmp.library()}"] if openmp.wanted() else []
 
 
 def run_name(name: str, round_index: int) -> str:
@@ -135,7 +150,7 @@ def format_table(table: dict[str, dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=8, help="training steps per run (8; the first is dropped)")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the four variants (3)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the variants (3)")
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
     parser.add_argument("--work", type=Path, default=None, help="work folder (a temporary one)")
     parser.add_argument("--gpus-per-node", type=int, default=1, help="training processes (1)")
