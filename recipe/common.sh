@@ -137,8 +137,6 @@ recipe_scale_defaults() {
     export VERL_FILE_LOGGER_PATH="${VERL_FILE_LOGGER_PATH:-$SCALE_DIR/$EXP_NAME.jsonl}"
 }
 
-# recipe_scale_cpu: after the family's and the loss's settings: the size overrides (SCALE_ARGS, placed before the
-# script's own arguments, which still win) and the assets; prints what it changes.
 # recipe_join_cluster_args ARRAY: with RAY_ADDRESS (joining a running Ray cluster, e.g. scripts/cluster/ray_head.sh)
 # CPU mode's local-cluster settings of configs/platform/cpu.yaml are nulled (appended to the named array): Ray
 # rejects them when it joins a cluster, whose own `ray start` sets the CPUs and GPUs.
@@ -149,6 +147,8 @@ recipe_join_cluster_args() {
                ray_kwargs.ray_init.include_dashboard=null)
 }
 
+# recipe_scale_cpu: after the family's and the loss's settings: the size overrides (SCALE_ARGS, placed before the
+# script's own arguments, which still win) and the assets; prints what it changes.
 recipe_scale_cpu() {
     [[ "${SCALE:-gpu}" == cpu ]] || return 0
     local tokens=$((MAX_PROMPT_LENGTH + MAX_RESPONSE_LENGTH)) world=$((NNODES * GPUS_PER_NODE))
