@@ -501,7 +501,10 @@ def test_scale_cpu_recipe_joining_a_cluster(tmp_path):
     local = effective(command(RECIPE_DIR / "dapo_clip_cov.sh", env=env))
     assert not {"ray_kwargs.ray_init.num_cpus", "ray_kwargs.ray_init.num_gpus"} & local.keys()
     joined = effective(command(RECIPE_DIR / "dapo_clip_cov.sh", env={**env, "RAY_ADDRESS": "127.0.0.1:6390"}))
-    for key in ("num_cpus", "num_gpus", "include_dashboard"):
+    # every key verl_ext's validation refuses while joining (a key added there must be nulled here too)
+    from verl_ext.checks.validation import LOCAL_RAY_ONLY
+
+    for key in {"num_cpus", "num_gpus", "include_dashboard", *LOCAL_RAY_ONLY}:
         assert joined[f"ray_kwargs.ray_init.{key}"] == "null", key
 
 
