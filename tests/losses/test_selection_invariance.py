@@ -95,6 +95,30 @@ def test_batch_selection_follows_the_paper_over_the_whole_batch():
     assert not bool((selected & ~mask).any())
 
 
+@pytest.mark.parametrize(("ratio", "lb", "ub"), [(0.05, 0.1, 1.0), (0.5, 0.3, 1.0), (0.05, 50.0, 60.0)])
+def test_batch_clip_cov_takes_min_of_budget_and_candidates_and_reports_both(ratio, lb, ub):
+    """Clip-Cov over the batch draws min(k, |C|) tokens from C = {lb < cov < ub} (the paper's covariances, from the
+    oracle) and reports |C| / N as ``candidate_frac``: with more candidates than the budget it takes k of them, with
+    fewer it takes all, with none nothing (the case the e2e checks tell apart from a selection that failed)."""
+    _, _, _, old, adv, mask = make_batch(seed=4)
+    cfg = config("clip_cov", "batch", clip_cov_ratio=ratio, clip_cov_lb=lb, clip_cov_ub=ub)
+    metrics: dict = {}
+    selected = select_tokens_for_batch("clip_cov", adv, old, mask, cfg, step=1, metrics=metrics)
+    covs = O.covariances(adv, old, mask)
+    candidates = {t for t, c in covs.items() if lb < c < ub}
+    chosen = {t for t in O.valid_tokens(mask) if bool(selected[t])}
+    assert chosen <= candidates and not bool((selected & ~mask).any())
+    assert len(chosen) == min(O.budget(ratio, len(covs)), len(candidates))
+    assert float(metrics["actor/clip_cov/candidate_frac"]) == pytest.approx(len(candidates) / len(covs))
+    assert float(metrics["actor/clip_cov/selected_frac"]) == pytest.approx(len(chosen) / len(covs))
+    if ratio == 0.05 and lb == 0.1:
+        assert len(candidates) > len(chosen) > 0  # the budget binds
+    elif ratio == 0.5:
+        assert len(chosen) == len(candidates) > 0  # the candidates bind
+    else:
+        assert not candidates and not chosen
+
+
 def test_batch_selection_changes_with_step_and_is_reproducible():
     _, _, _, old, adv, mask = make_batch(seed=2)
     cfg = config("clip_cov", "batch")

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from verl_ext.config import POLICY_LOSS_PREFIX, ConfigError, check_policy_loss_params, policy_loss_params
+from verl_ext.losses.common import metric_frac
 
 logger = logging.getLogger(__name__)
 _FALLBACK_NOTED: set[str] = set()
@@ -202,7 +203,7 @@ def select_tokens_for_batch(
         config: the actor config (reads ``policy_loss``).
         step: the global training step, mixed into the seed so that each step draws fresh tokens.
         metrics: if given, receives ``actor/<loss>/selected_frac``, ``cov_selected_mean``, ``cov_selected_max``
-            of the batch as 0-d tensors.
+            of the batch as 0-d tensors, and for Clip-Cov ``candidate_frac`` (valid tokens with ``lb < cov < ub``).
         ratio: the selection ratio to use instead of the configured ``clip_cov_ratio`` / ``kl_cov_ratio`` (the
             entropy autopilot's); validated like them.
         key: what Clip-Cov's random draw is keyed on, shaped like ``old_log_prob``: verl_ext's trainers pass the
@@ -231,4 +232,6 @@ def select_tokens_for_batch(
                           f"{sorted(COV_LOSSES)} only")
     if metrics is not None:
         metrics.update(selection_metrics(f"actor/{loss_mode}", selected, cov, mask))
+        if loss_mode == "clip_cov":  # the budget is min(k, candidates): how many the bounds admitted
+            metrics["actor/clip_cov/candidate_frac"] = metric_frac(mask & (cov > lb) & (cov < ub), mask)
     return selected

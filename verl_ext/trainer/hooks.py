@@ -130,9 +130,9 @@ def select_cov_tokens(
     random draw, so that it does not depend on the old-log-prob pass's rounding.
 
     ``metrics`` (optional) receives the batch-level statistics as floats under
-    ``actor/<loss>/batch_selected_frac``, ``actor/<loss>/batch_cov_selected_mean`` and
-    ``actor/<loss>/batch_cov_selected_max`` (the loss reports its own per-micro-batch values under the
-    names without ``batch_``).
+    ``actor/<loss>/batch_selected_frac``, ``actor/<loss>/batch_cov_selected_mean``,
+    ``actor/<loss>/batch_cov_selected_max`` and for Clip-Cov ``actor/clip_cov/batch_candidate_frac`` (the loss
+    reports its own per-micro-batch values under the names without ``batch_``).
     """
     mode = loss_mode_of(actor_config)
     raw: dict[str, torch.Tensor] = {}
