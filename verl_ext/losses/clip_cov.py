@@ -32,7 +32,13 @@ import torch
 
 from verl_ext.config import clip_ratios, policy_loss_params
 from verl_ext.losses.common import aggregate, apply_rollout_weights, base_metrics, metric_frac, ppo_terms
-from verl_ext.losses.selection import clip_cov_select, note_micro_fallback, selection_metrics, token_covariance
+from verl_ext.losses.selection import (
+    clip_cov_eligible,
+    clip_cov_select,
+    note_micro_fallback,
+    selection_metrics,
+    token_covariance,
+)
 
 
 def compute_policy_loss_clip_cov(
@@ -67,7 +73,7 @@ def compute_policy_loss_clip_cov(
         candidates = mask & ~ppo_clipped
         selected = clip_cov_select(cov, candidates, mask, old_log_prob, ratio, lb, ub, seed)
         metrics.update(selection_metrics("actor/clip_cov", selected, cov, mask))
-        metrics["actor/clip_cov/candidate_frac"] = metric_frac(candidates & (cov > lb) & (cov < ub), mask)
+        metrics["actor/clip_cov/candidate_frac"] = metric_frac(clip_cov_eligible(cov, candidates, lb, ub), mask)
     else:
         selected = cov_selected.bool() & mask
         metrics["actor/clip_cov/selected_frac"] = metric_frac(selected, mask)

@@ -135,6 +135,12 @@ def rank_select(
     return eligible & chosen.reshape(eligible.shape)
 
 
+def clip_cov_eligible(cov: torch.Tensor, candidates: torch.Tensor, lb: float, ub: float) -> torch.Tensor:
+    """Clip-Cov's eligible tokens: ``candidates`` whose covariance lies strictly inside ``(lb, ub)``; the draw takes
+    ``min(k, count)`` of them, and ``actor/clip_cov/candidate_frac`` reports their share."""
+    return candidates & (cov > lb) & (cov < ub)
+
+
 def clip_cov_select(
     cov: torch.Tensor,
     candidates: torch.Tensor,
@@ -150,7 +156,7 @@ def clip_cov_select(
     The priority ``hash << 31 | position`` is unique per token, so the draw has no ties; the hash does not depend
     on the row order (:func:`token_hash`), so neither does the draw, except between identical rows.
     """
-    eligible = candidates & (cov > lb) & (cov < ub)
+    eligible = clip_cov_eligible(cov, candidates, lb, ub)
     pos = torch.arange(key.numel(), device=key.device, dtype=torch.int64).reshape(key.shape)
     priority = (token_hash(seed, key, mask) << 31) | pos
     return rank_select(priority, eligible, ratio, mask, sentinel=2**63 - 1)
@@ -233,5 +239,5 @@ def select_tokens_for_batch(
     if metrics is not None:
         metrics.update(selection_metrics(f"actor/{loss_mode}", selected, cov, mask))
         if loss_mode == "clip_cov":  # the budget is min(k, candidates): how many the bounds admitted
-            metrics["actor/clip_cov/candidate_frac"] = metric_frac(mask & (cov > lb) & (cov < ub), mask)
+            metrics["actor/clip_cov/candidate_frac"] = metric_frac(clip_cov_eligible(cov, mask, lb, ub), mask)
     return selected
