@@ -5,12 +5,12 @@ is renamed or removed must take its links with it."""
 from __future__ import annotations
 
 import re
+from functools import cache
 from pathlib import Path
 
 import pytest
+from test_docs_commands import DOCS, ROOT  # the same documents whose commands run
 
-ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
@@ -21,16 +21,20 @@ def slug(heading: str) -> str:
     return text.replace(" ", "-")
 
 
+@cache
+def prose(path: Path) -> str:
+    """The document without its fenced code blocks: a '#' line or a ``](...)`` in code is no heading or link."""
+    return re.sub(r"```.*?```", "", path.read_text(), flags=re.S)
+
+
 def anchors(path: Path) -> set[str]:
-    text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)  # a '#' line in a code block is no heading
-    return {slug(m) for m in re.findall(r"^#{1,6} (.+)$", text, flags=re.M)}
+    return {slug(m) for m in re.findall(r"^#{1,6} (.+)$", prose(path), flags=re.M)}
 
 
 def links() -> list[tuple[str, str]]:
     found = []
     for path in DOCS:
-        text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)
-        found += [(str(path.relative_to(ROOT)), target) for target in LINK.findall(text)
+        found += [(str(path.relative_to(ROOT)), target) for target in LINK.findall(prose(path))
                   if not target.startswith(("http://", "https://", "mailto:"))]  # fmt: skip
     return found
 
