@@ -44,6 +44,8 @@ CONTROL_RATIO = CONTROL_METRIC_PREFIX + "ratio"
 CONTROL_ERROR = CONTROL_METRIC_PREFIX + "error"
 CONTROL_INTEGRAL = CONTROL_METRIC_PREFIX + "integral"
 CONTROL_SATURATED = CONTROL_METRIC_PREFIX + "saturated"
+CONTROL_LIMITED = CONTROL_METRIC_PREFIX + "limited"
+"""``cov_ratio``: 1 when the selection took fewer tokens than the ratio asked (Clip-Cov's bounds admitted fewer)."""
 CONTROL_VALUE = CONTROL_METRIC_PREFIX + "value"
 """The actuator's value applied at the step, whatever the actuator (also logged under its own name below)."""
 CONTROL_GATE = CONTROL_METRIC_PREFIX + "gate"
@@ -68,6 +70,6 @@ def lens_file_for(log: str | Path) -> Path:
 
 __all__ = [
     "CONTROL_ACTUATOR_KEYS", "CONTROL_GATE", "CONTROL_VALUE", "ENTROPY_COEF", "HIGH_ENTROPY_WEIGHT", "POS_WEIGHT",
-    "CONTROL_ENTROPY", "CONTROL_ERROR", "CONTROL_INTEGRAL", "CONTROL_INTEGRATIONS", "POS_WEIGHT_NORM", "CONTROL_METRIC_PREFIX", "CONTROL_RATIO",
+    "CONTROL_ENTROPY", "CONTROL_ERROR", "CONTROL_INTEGRAL", "CONTROL_INTEGRATIONS", "CONTROL_LIMITED", "POS_WEIGHT_NORM", "CONTROL_METRIC_PREFIX", "CONTROL_RATIO",
     "CONTROL_SATURATED", "CONTROL_TARGET", "COV_SELECTED", "LENS_SUFFIX", "OLD_ENTROPY", "lens_file_for",
 ]  # fmt: skip

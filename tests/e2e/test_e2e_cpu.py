@@ -232,6 +232,7 @@ def test_autopilot_sets_the_ratio_and_the_lens_writes_the_selection(runs):
         assert run.metric(step, "entropy_control/entropy") == pytest.approx(run.metric(step, "actor/entropy"), rel=1e-5)
         frac = run.metric(step, "actor/clip_cov/batch_selected_frac")
         assert frac == pytest.approx(budget(run, step, ratio), rel=1e-6)
+        assert run.metric(step, "entropy_control/limited") == 0.0  # the budget was met: not a bound for the integral
         tokens = round(run.metric(step, "response_length/mean") * PROMPTS * N)
         assert len(rows[step]) == round(frac * tokens)
         assert all(0 <= r["position"] < LENGTH and r["token"] and 0 < r["prob"] <= 1 for r in rows[step])

@@ -103,6 +103,28 @@ def test_saturation_and_anti_windup():
     assert ratio < 0.1 and metrics["entropy_control/saturated"] == 0.0
 
 
+def test_pi_takes_a_limited_steps_error_out_of_the_integral_only_when_it_pushed_for_more():
+    """Same law and numbers as the hand-computed trajectory above; after each step the selection reports whether it
+    took fewer tokens than the ratio asked (Clip-Cov's bounds admitting fewer):
+      step 1: e = 0.2 (push up), limited     -> I = 0 + 0.2 - 0.2 = 0 (held, as on a bound)
+      step 2: e = -0.5 (push down), limited  -> I = -0.5 (asking for fewer tokens is not blocked: kept)
+      step 3: e = 1: log 0.1 + 1 + 0.5 (-0.5 + 1) = log 0.1 + 1.25 -> 0.349034, not limited -> I = 0.5
+      step 4: e = 3: log 0.1 + 3 + 0.5 (0.5 + 3) > log 0.5: on the bound, held there already; limited changes
+              nothing (I = 0.5)"""
+    cfg = EntropyControlConfig(enable=True, target=1.0, ratio_min=0.01, ratio_max=0.5, kp=1.0, ki=0.5)
+    controller = EntropyController(cfg, ratio_init=0.1)
+    expected = [(0.2, True, 0.0), (-0.5, True, -0.5), (1.0, False, 0.5), (3.0, True, 0.5)]
+    for step, (error, limited, integral) in enumerate(expected, start=1):
+        ratio, metrics = controller.update(step, math.exp(-error))
+        controller.actuator_limited(limited, metrics)
+        assert metrics["entropy_control/limited"] == float(limited), step
+        assert metrics["entropy_control/integral"] == pytest.approx(integral, abs=1e-12), step
+        assert controller.state.integral == pytest.approx(integral, abs=1e-12), step
+        if step == 3:
+            assert ratio == pytest.approx(0.1 * math.exp(1.25), abs=1e-9)
+    assert metrics["entropy_control/saturated"] == 1.0
+
+
 def test_state_round_trip_continues_identically():
     cfg = EntropyControlConfig(enable=True, target=1.2, ratio_max=0.3)
     whole = EntropyController(cfg, 0.02)
@@ -184,6 +206,29 @@ def test_autopilot_sets_the_selection_ratio_and_its_state_goes_with_the_checkpoi
     resumed = legacy_trainer(compose, *AUTOPILOT, f"trainer.default_local_dir={tmp_path}")
     assert resumed.verl_ext_driver.load(3)
     assert resumed.verl_ext_driver.controller.state_dict() == trainer.verl_ext_driver.controller.state_dict()
+
+
+def test_autopilot_on_clip_cov_holds_its_integral_while_the_bounds_admit_fewer_tokens_than_the_ratio(compose):
+    """Clip-Cov with bounds no token's covariance reaches: the ratio asks for tokens, none is a candidate, so the step
+    counts as limited and its error (which pushes the ratio up) stays out of the integral; KL-Cov (every token a
+    candidate) delivers its budget and integrates."""
+    # target 0.6 against the measured 0.5: e = log 1.2, ratio 0.1 e^(1.5 e) = 0.131, inside [ratio_min, ratio_max]
+    control = ["verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.target=0.6", "verl_ext.entropy_control.kp=1.0",
+               "verl_ext.entropy_control.ki=0.5", "verl_ext.entropy_control.ratio_max=0.5"]  # fmt: skip
+    clip_cov = ["policy_loss@actor_rollout_ref.actor.policy_loss=clip_cov", "actor_rollout_ref.actor.policy_loss.clip_cov_ratio=0.1",
+                "actor_rollout_ref.actor.policy_loss.clip_cov_lb=1000.0", "actor_rollout_ref.actor.policy_loss.clip_cov_ub=2000.0"]  # fmt: skip
+    for overrides, limited in ((clip_cov, True), (AUTOPILOT[:2], False)):
+        trainer = legacy_trainer(compose, *overrides, *control)
+        batch = legacy_batch()
+        trainer.verl_ext_driver.observe_entropy(_entropys(batch), batch.batch["response_mask"])
+        metrics = trainer._update_actor(batch).meta_info["metrics"]
+        error = metrics["entropy_control/error"]
+        assert error == pytest.approx(math.log(1.2)) and metrics["entropy_control/saturated"] == 0.0
+        assert metrics["entropy_control/ratio"] == pytest.approx(0.1 * math.exp(1.5 * error))
+        selected = int(trainer.actor_rollout_wg.updates[-1]["cov_selected"].sum())
+        assert (selected == 0) == limited and metrics["entropy_control/limited"] == float(limited)
+        expected = 0.0 if limited else error
+        assert metrics["entropy_control/integral"] == trainer.verl_ext_driver.controller.state.integral == expected
 
 
 def test_resume_path_mode_loads_from_the_given_folder_and_saves_later_steps_under_default_local_dir(compose, tmp_path):

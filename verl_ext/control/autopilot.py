@@ -19,9 +19,10 @@ from typing import Any, ClassVar
 
 from verl_ext.config import PrefixedConfig
 from verl_ext.contract import (CONTROL_ACTUATOR_KEYS, CONTROL_ENTROPY, CONTROL_ERROR, CONTROL_GATE, CONTROL_INTEGRAL,
-                               CONTROL_INTEGRATIONS, CONTROL_SATURATED, CONTROL_TARGET, CONTROL_VALUE)
+                               CONTROL_INTEGRATIONS, CONTROL_LIMITED, CONTROL_SATURATED, CONTROL_TARGET,
+                               CONTROL_VALUE)
 from verl_ext.control.actuators import ACTUATORS, PAIRS, REFUSED, Actuator, actuator_from_config
-from verl_ext.control.controllers import CONTROLLERS, Controller, make_controller, state_dict
+from verl_ext.control.controllers import CONTROLLERS, Controller, PIController, make_controller, state_dict
 
 AUTOPILOT_CONFIG_PREFIX = "verl_ext.entropy_control."
 SCHEDULES = ("constant", "linear", "cosine")
@@ -295,6 +296,15 @@ class EntropyController:
             metrics[CONTROL_GATE] = decided.gate
         metrics.update(metrics_extra)
         return decided.value, metrics
+
+    def actuator_limited(self, limited: bool, metrics: dict) -> None:
+        """After the step's selection (``cov_ratio``): ``limited`` when it took fewer tokens than the ratio asked
+        (Clip-Cov's bounds admitted fewer candidates). For ``pi`` that is a bound for its anti-windup
+        (:meth:`~verl_ext.control.controllers.PIController.actuator_limited`): the step's error leaves the integral if
+        it pushed for more. Writes ``entropy_control/limited`` and the integral it leaves to ``metrics``."""
+        metrics[CONTROL_LIMITED] = float(limited)
+        if limited and isinstance(self.controller, PIController) and self.controller.actuator_limited(self.actuator):
+            metrics[CONTROL_INTEGRAL] = self.controller.state.integral
 
     def state_dict(self) -> dict[str, Any]:
         return {**state_dict(self.controller), "actuator": self.actuator.name}

@@ -12,6 +12,9 @@ Skywork's gate, the value that turns it off. Every controller reports its error 
     log u_t = clamp(log u0 + d (kp e_t + ki (I_{t-1} + e_t)),  log lo,  log hi)
     I_t     = I_{t-1} + e_t    unless u_t sits on a bound and e_t pushes further into it (anti-windup)
 
+and the same when the actuator delivered less than ``u_t`` in the direction ``e_t`` pushes (Clip-Cov's bounds
+admitted fewer tokens than the ratio asked: :meth:`PIController.actuator_limited`), a bound that moves with the batch.
+
 ``skywork`` - Skywork-OR1's adaptive entropy control (arXiv 2505.22312, section 3.2.4; their ``EntController``)::
 
     u_t     = clamp(u_{t-1} + d * delta * (+1 if H_t < H*_t else -1),  lo,  hi)      (u_0 = the actuator's init)
@@ -93,6 +96,7 @@ class PIController:
     def __init__(self, kp: float, ki: float):
         self.kp, self.ki = float(kp), float(ki)
         self.state = ControllerState()
+        self._integrated = 0.0  # the error the last step added to the integral (0 when anti-windup held it)
 
     def step(self, target: float, entropy: float, actuator: Actuator) -> ControlStep:
         if actuator.lo <= 0:
@@ -102,11 +106,22 @@ class PIController:
         push = actuator.direction * error
         unclamped = math.log(actuator.init) + actuator.direction * (self.kp * error + self.ki * (self.state.integral + error))
         log_value = _clamp(unclamped, lo, hi)
+        self._integrated = 0.0
         if not ((unclamped > hi and push > 0) or (unclamped < lo and push < 0)):  # anti-windup
             self.state.integral += error
+            self._integrated = error
         value = math.exp(log_value)
         self.state.value = value
         return ControlStep(value, error, self.state.integral, log_value != unclamped)
+
+    def actuator_limited(self, actuator: Actuator) -> bool:
+        """The last step's value could not act in full in the direction its error pushed (the actuator delivered
+        less): take that error out of the integral again, as on a bound. Returns whether the integral changed."""
+        if self._integrated == 0.0 or actuator.direction * self._integrated <= 0:
+            return False
+        self.state.integral -= self._integrated
+        self._integrated = 0.0
+        return True
 
 
 class SkyworkController:

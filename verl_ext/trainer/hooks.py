@@ -38,7 +38,7 @@ from verl_ext.contract import (COV_SELECTED, ENTROPY_COEF, HIGH_ENTROPY_WEIGHT, 
 from verl_ext.driver.mixin import VerlExtDriver
 from verl_ext.losses import COV_LOSSES, ERC_LOSSES
 from verl_ext.losses.high_entropy import high_entropy_weights
-from verl_ext.losses.selection import select_tokens_for_batch
+from verl_ext.losses.selection import select_tokens_for_batch, token_budget
 
 
 LEGACY_ENTROPY = "entropys"
@@ -181,6 +181,9 @@ def update_fields(
             value if actuator == "cov_ratio" else None, padded["responses"],
         )  # fmt: skip
         metrics[SELECTION_TIMER] = time.perf_counter() - start
+        if actuator == "cov_ratio":  # fewer tokens than the ratio asked: a bound for the controller's anti-windup
+            budget, _ = token_budget(float(value), mask.bool())
+            driver.actuator_limited(bool(fields[COV_SELECTED].sum() < budget), metrics)
         driver.write_lens(global_steps, padded, fields[COV_SELECTED])
     if needs_entropy_selection(actor_config):
         if entropy is None:
