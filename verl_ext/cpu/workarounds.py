@@ -376,7 +376,7 @@ def master_port_outside_ephemeral_range() -> bool:
     hundreds: one took the port in a CI run (``DistNetworkError ... EADDRINUSE``, the run lost at start-up).
     The task is replaced by one that chooses from the ports between Ray's worker ports and the ephemeral
     range (:func:`master_ports_for`), which the kernel never hands out by itself. A ``master_port_range``
-    passed by the caller is honoured as verl does.
+    passed by the caller is honoured (searched from a random start, where verl scans from its first port).
     """
     import importlib
 
