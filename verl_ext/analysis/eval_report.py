@@ -65,20 +65,18 @@ def plot_evaluations(evaluations: Sequence[Evaluation], out: Path) -> Path:
             if report is None:
                 continue
             ks = k_values(report.n)
-            ax.plot(ks, [report.mean(f"pass@{k}") for k in ks], marker="o", color=f"C{i % 10}",
-                    label=f"{ev.label} pass@k")  # fmt: skip
-            if report.has_answers:
-                ax.plot(ks, [report.mean(f"maj@{k}") for k in ks], marker=".", linestyle="--", color=f"C{i % 10}",
-                        label=f"{ev.label} maj@k")  # fmt: skip
+            ax.plot(ks, [report.mean(f"pass@{k}") for k in ks], marker="o", color=f"C{i % 10}", label=ev.label)
+            if report.has_answers:  # same colour, dashed: one legend entry per run
+                ax.plot(ks, [report.mean(f"maj@{k}") for k in ks], marker=".", linestyle="--", color=f"C{i % 10}")
         ax.set_xscale("log", base=2)
         ticks = sorted({k for ev in evaluations if source in ev.reports[ev.last_step]
                         for k in k_values(ev.reports[ev.last_step][source].n)})  # fmt: skip
         ax.set_xticks(ticks, [str(k) for k in ticks])
-        ax.set_title(f"{source}: pass@k / maj@k")
+        ax.set_title(f"{source}: pass@k (solid) / maj@k (dashed)")
         ax.set_xlabel("k")
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="lower right")  # the curves sit high: the lower part is free
     for ax, ev in zip(axes[1] if over_time else [], over_time):
         for source in sorted({s for sources_ in ev.reports.values() for s in sources_}):
             steps = sorted(step for step, r in ev.reports.items() if source in r)
