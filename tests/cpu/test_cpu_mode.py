@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import random
 import socket
 import subprocess
 from pathlib import Path
@@ -465,10 +466,14 @@ _MASTER_PORT = """
     import json
     {enable}
     import verl.single_controller.ray.base as base
-    from verl_ext.cpu.workarounds import ephemeral_port_range
+    from verl_ext.cpu.workarounds import ephemeral_port_range, master_port_range_default
     ports = [int(base.get_master_addr_port._function()[1]) for _ in range(20)]  # the task's body, no Ray needed
-    given = int(base.get_master_addr_port._function([30000, 30010])[1])
-    print(json.dumps({{"ports": ports, "given": given, "ephemeral": ephemeral_port_range()}}))
+    ranges = [master_port_range_default() for _ in range(20)]
+    # verl's own search over the range a CPU-mode group gets
+    chosen = [int(base.get_master_addr_port._function(r)[1]) for r in ranges] if ranges[0] else []
+    wrapped = getattr(base.RayWorkerGroup.__init__, "__verl_ext_port__", False)
+    print(json.dumps({{"ports": ports, "ranges": ranges, "chosen": chosen, "wrapped": wrapped,
+                      "ephemeral": ephemeral_port_range()}}))
 """
 
 
@@ -480,31 +485,40 @@ def test_upstream_still_takes_the_master_port_from_the_ephemeral_range():
     out = last_json(python(_MASTER_PORT.format(enable="")))
     first, last = out["ephemeral"]
     assert all(first <= port <= last for port in out["ports"]), out
+    assert not out["wrapped"]
     trainer_dir = Path(verl.__file__).parent / "trainer"
     assert not [p for p in trainer_dir.rglob("*.py") if "master_port_range" in p.read_text()]
 
 
-def test_cpu_mode_takes_the_master_port_between_rays_ports_and_the_ephemeral_range():
+def test_cpu_mode_gives_worker_groups_a_master_port_range_between_rays_ports_and_the_ephemeral_range():
     out = last_json(python(_MASTER_PORT.format(enable="import verl"), {"VERL_PLATFORM": "cpu"}))
     first, _ = out["ephemeral"]
-    assert all(20000 <= port < first for port in out["ports"]), out
-    assert len(set(out["ports"])) > 1, out  # a random start: groups choosing together do not collide
-    assert 30000 <= out["given"] < 30010  # a caller's range is honoured
+    assert out["wrapped"], out
+    assert all(20000 <= start and end == first and end - start >= 1000 for start, end in out["ranges"]), out
+    assert len({start for start, _ in out["ranges"]}) > 1, out  # random starts: groups built together do not collide
+    assert all(start <= port < end for port, (start, end) in zip(out["chosen"], out["ranges"], strict=True)), out
 
 
-def test_master_port_skips_a_bound_port_and_names_a_full_range():
-    import random
-
-    from verl_ext.cpu.workarounds import free_master_port, master_ports_for
+def test_worker_group_init_gets_the_default_range_only_when_the_caller_gives_none():
+    from verl_ext.cpu.workarounds import master_port_range_default, master_ports_for, with_master_port_range
 
     assert master_ports_for((32768, 60999)) == (20000, 32768)
     assert master_ports_for((20500, 60999)) is None  # fewer than 1000 ports left: verl's own choice
-    with socket.socket() as held:
-        held.bind(("", 0))
-        held.listen()
-        busy = held.getsockname()[1]
-        rng = random.Random(0)
-        rng.randrange = lambda first, end: busy  # start the search at the busy port
-        assert free_master_port((busy, busy + 5), rng) in range(busy + 1, busy + 5)
-        with pytest.raises(RuntimeError, match=rf"no free port in \[{busy}, {busy + 1}\)"):
-            free_master_port((busy, busy + 1), rng)
+    assert master_port_range_default((20500, 60999)) is None
+    low, high = random.Random(0), random.Random(0)
+    low.randrange = lambda first, end: first  # the lowest and highest starts the draw can give
+    high.randrange = lambda first, end: end - 1
+    assert master_port_range_default((32768, 60999), low) == [20000, 32768]
+    assert master_port_range_default((32768, 60999), high) == [31768, 32768]  # still 1000 ports to scan
+
+    seen: list[dict] = []
+    init = with_master_port_range(lambda self, *args, **kwargs: seen.append(kwargs))
+    init(None, "pool", name_prefix="x")
+    init(None, "pool", master_port_range=[30000, 30010])
+    init(None, "pool", master_port_range=None)
+    default, given, none_given = (kw["master_port_range"] for kw in seen)
+    assert given == [30000, 30010]  # a caller's range is used as given
+    assert seen[0]["name_prefix"] == "x"
+    expected = master_port_range_default()
+    if expected is not None:  # this machine's ephemeral range leaves room
+        assert default[1] == none_given[1] == expected[1] and default[1] - default[0] >= 1000

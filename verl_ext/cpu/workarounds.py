@@ -26,7 +26,7 @@ import importlib.abc
 import importlib.metadata
 import logging
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -321,47 +321,35 @@ def master_ports_for(ephemeral: tuple[int, int]) -> tuple[int, int] | None:
     return RAY_WORKER_PORTS_END, end
 
 
-def free_master_port(ports: tuple[int, int], rng: Any = None) -> int:
-    """A port of ``ports = [first, end)`` that binds now, tried from a random start (two groups that choose at
-    the same moment do not race for the same port); ``RuntimeError`` naming the range if none binds."""
+def master_port_range_default(ephemeral: tuple[int, int] | None = None, rng: Any = None) -> list[int] | None:
+    """A ``master_port_range`` for one worker group: ``[start, end)`` of :func:`master_ports_for` this machine's
+    ephemeral range, from a random ``start`` that leaves at least :data:`MIN_MASTER_PORTS` ports (verl scans a range
+    from its first port, so two groups built at the same moment would race for one port); ``None`` where the range
+    cannot be read or leaves too few ports (verl's own choice)."""
     import random
-    import socket
 
-    first, end = ports
-    start = (rng or random.SystemRandom()).randrange(first, end)
-    for offset in range(end - first):
-        port = first + (start - first + offset) % (end - first)
-        with socket.socket() as probe:
-            try:
-                probe.bind(("", port))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError(f"verl_ext: no free port in [{first}, {end}) for verl's worker group master")
-
-
-def _master_addr_port(master_port_range: list[int] | None = None) -> tuple[str, str]:
-    """Ray task run in place of verl's ``get_master_addr_port``: a free port of the caller's ``master_port_range``
-    when given, else of :func:`master_port_range_default` (verl's ``bind(port 0)`` when there is none)."""
-    import ray
-
-    addr = ray.util.get_node_ip_address().strip("[]")
-    ports = tuple(master_port_range) if master_port_range else master_port_range_default()
-    if ports is None:
-        import socket
-
-        with socket.socket() as probe:
-            probe.bind(("", 0))
-            return addr, str(probe.getsockname()[1])
-    return addr, str(free_master_port(ports))  # type: ignore[arg-type]
-
-
-def master_port_range_default() -> tuple[int, int] | None:
-    """:func:`master_ports_for` this machine's ephemeral range (``None`` where it cannot be read)."""
     try:
-        return master_ports_for(ephemeral_port_range())
+        ports = master_ports_for(ephemeral or ephemeral_port_range())
     except (OSError, ValueError):
         return None
+    if ports is None:
+        return None
+    first, end = ports
+    return [(rng or random.SystemRandom()).randrange(first, end - MIN_MASTER_PORTS + 1), end]
+
+
+def with_master_port_range(init: Callable[..., None]) -> Callable[..., None]:
+    """``RayWorkerGroup.__init__`` with :func:`master_port_range_default` as its ``master_port_range`` when the
+    caller passes none; verl's ``get_master_addr_port`` then finds a free port in it, as for a caller's range."""
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        if kwargs.get("master_port_range") is None:
+            kwargs["master_port_range"] = master_port_range_default()
+        init(self, *args, **kwargs)
+
+    __init__.__verl_ext_port__ = True  # type: ignore[attr-defined]
+    return __init__
 
 
 def master_port_outside_ephemeral_range() -> bool:
@@ -374,20 +362,17 @@ def master_port_outside_ephemeral_range() -> bool:
     ``TCPStore`` seconds later, after their processes start. Meanwhile every outgoing connection on the
     machine (Ray's, vLLM's, TransferQueue's) takes local ports from the same range, and a CPU run makes
     hundreds: one took the port in a CI run (``DistNetworkError ... EADDRINUSE``, the run lost at start-up).
-    The task is replaced by one that chooses from the ports between Ray's worker ports and the ephemeral
-    range (:func:`master_ports_for`), which the kernel never hands out by itself. A ``master_port_range``
-    passed by the caller is honoured (searched from a random start, where verl scans from its first port).
+    ``RayWorkerGroup`` gets a default ``master_port_range`` between Ray's worker ports and the ephemeral range
+    (:func:`master_port_range_default`), which the kernel never hands out by itself, and verl's own search does the
+    rest; a caller's range is used as given. The range is read where the group is built, which in CPU mode is the
+    machine its workers run on.
     """
     import importlib
 
-    import ray
-
-    module = importlib.import_module(VERL_RAY_BASE_MODULE)
-    if getattr(module.get_master_addr_port, "__verl_ext_port__", False):
+    group = importlib.import_module(VERL_RAY_BASE_MODULE).RayWorkerGroup
+    if getattr(group.__init__, "__verl_ext_port__", False):
         return False
-    task = ray.remote(_master_addr_port)
-    task.__verl_ext_port__ = True  # type: ignore[attr-defined]
-    module.get_master_addr_port = task
+    group.__init__ = with_master_port_range(group.__init__)
     return True
 
 
@@ -399,6 +384,7 @@ __all__ = [
     "keep_local_ray_on_loopback",
     "keep_vllm_cpu_linear_weights",
     "master_port_outside_ephemeral_range",
+    "master_port_range_default",
     "private_ray_token_file",
     "quiet_unused_engine_notices",
     "size_transfer_queue_threads",
@@ -406,4 +392,5 @@ __all__ = [
     "plain_cpu_linear",
     "unpin_fsdp2_cpu_offload",
     "unpinned_cpu_offload_policy",
+    "with_master_port_range",
 ]
