@@ -364,8 +364,9 @@ def master_port_outside_ephemeral_range() -> bool:
     hundreds: one took the port in a CI run (``DistNetworkError ... EADDRINUSE``, the run lost at start-up).
     ``RayWorkerGroup`` gets a default ``master_port_range`` between Ray's worker ports and the ephemeral range
     (:func:`master_port_range_default`), which the kernel never hands out by itself, and verl's own search does the
-    rest; a caller's range is used as given. The range is read where the group is built, which in CPU mode is the
-    machine its workers run on.
+    rest; a caller's range is used as given. The range is read on the machine that builds the group (the
+    TaskRunner's), which on a one-machine CPU run is also the workers'; on a cluster, a worker node whose ephemeral
+    range starts lower than the builder's could still hand the port to a connection, as verl's own choice can.
     """
     import importlib
 
