@@ -17,9 +17,12 @@ verl's variants get the same ``LD_PRELOAD``, so that both sides of a pair run on
 Per run: the median of ``timing_s/step`` over the steps after the first (the first compiles and warms up), of the
 step without generation (``timing_s/step - timing_s/gen``) and of ``timing_s/update_actor``, the peak resident memory of the actor worker (``perf/max_memory_allocated_gb``, which CPU mode reports as the
 worker's RSS peak), verl_ext's driver-side selection time (``timing_s/verl_ext/cov_selection``) and, on the V1
-trainer, the driver's TransferQueue round trip for the fields it adds (``timing_s/verl_ext/update_fields_fetch`` +
-``..._store``; both inside ``update_actor``). Per
-variant: the median over rounds, and its ratio to the matching verl variant.
+trainer, the time of verl's advantage step (``timing_s/adv``), where verl_ext's fields now go with verl's own put, and
+of the fields' computation inside it (``timing_s/verl_ext/advantage_fields``), and ``update_actor + adv`` - the sum
+that counts work moved from the update to the advantage step - and the driver's separate TransferQueue round trip
+(``timing_s/verl_ext/update_fields_fetch`` + ``..._store``; 0 unless the fields could not go with verl's put; runs
+before this change logged it in every batch-scope step). Per variant: the median over rounds, and its ratio to the
+matching verl variant.
 
     python benchmarks/bench_trainer.py --steps 8 --rounds 3 --json benchmarks/results_trainer_cpu.json
     python benchmarks/bench_trainer.py --gpus-per-node 2 --dynamic --json benchmarks/results_trainer_cpu_2ranks_dynamic.json
@@ -112,11 +115,15 @@ def figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "selection_s": statistics.median(r.get("timing_s/verl_ext/cov_selection", 0.0) for r in later),
         "fetch_store_s": statistics.median(r.get("timing_s/verl_ext/update_fields_fetch", 0.0)
                                            + r.get("timing_s/verl_ext/update_fields_store", 0.0) for r in later),
+        "adv_s": statistics.median(r.get("timing_s/adv", 0.0) for r in later),
+        "fields_s": statistics.median(r.get("timing_s/verl_ext/advantage_fields", 0.0) for r in later),
+        "update_adv_s": statistics.median(r["timing_s/update_actor"] + r.get("timing_s/adv", 0.0) for r in later),
         "steps": len(rows),
     }
 
 
-FIGURES = ("step_s", "train_s", "update_actor_s", "peak_rss_gb", "selection_s", "fetch_store_s")
+FIGURES = ("step_s", "train_s", "update_actor_s", "peak_rss_gb", "selection_s", "fetch_store_s", "adv_s", "fields_s",
+           "update_adv_s")
 
 
 def summarise(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
@@ -131,19 +138,24 @@ def summarise(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, A
             row["train_ratio"] = row["train_s"] / table[base]["train_s"]
             row["update_ratio"] = row["update_actor_s"] / table[base]["update_actor_s"]
             row["rss_ratio"] = row["peak_rss_gb"] / table[base]["peak_rss_gb"]
+            if table[base].get("update_adv_s"):
+                row["update_adv_ratio"] = row["update_adv_s"] / table[base]["update_adv_s"]
             row["selection_share"] = row["selection_s"] / row["step_s"]
     return table
 
 
 def format_table(table: dict[str, dict[str, Any]]) -> str:
     lines = ["| variant | step s | x baseline | step without generation s | x baseline | update_actor s | x baseline "
-             "| actor peak RSS GB | x baseline | driver selection s | driver store fetch + put s |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+             "| actor peak RSS GB | x baseline | driver selection s | driver store fetch + put s | adv s "
+             "| fields in the advantage put s | update_actor + adv s | x baseline |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for name, row in table.items():
-        ratios = [f"{row[k]:.3f}" if k in row else "1" for k in ("step_ratio", "train_ratio", "update_ratio", "rss_ratio")]
+        ratios = [f"{row[k]:.3f}" if k in row else "1"
+                  for k in ("step_ratio", "train_ratio", "update_ratio", "rss_ratio", "update_adv_ratio")]  # fmt: skip
         lines.append(f"| {name} | {row['step_s']:.3f} | {ratios[0]} | {row['train_s']:.3f} | {ratios[1]} | "
                      f"{row['update_actor_s']:.3f} | {ratios[2]} | {row['peak_rss_gb']:.3f} | {ratios[3]} | "
-                     f"{row['selection_s']:.4f} | {row.get('fetch_store_s', 0.0):.4f} |")  # fmt: skip
+                     f"{row['selection_s']:.4f} | {row.get('fetch_store_s', 0.0):.4f} | {row.get('adv_s', 0.0):.3f} | "
+                     f"{row.get('fields_s', 0.0):.4f} | {row.get('update_adv_s', 0.0):.3f} | {ratios[4]} |")  # fmt: skip
     return "\n".join(lines)
 
 

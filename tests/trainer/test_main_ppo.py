@@ -501,14 +501,17 @@ class FakeV1WorkerGroup:
 
 
 def v1_put_batch(tq, tag: str):
-    """Put a 4-sample batch (nested, as the agent loop and advantage step store it) under fresh keys."""
+    """Put a 4-sample batch (nested, as the agent loop stores it, with a reward on each response's last token) under
+    fresh keys in verl's ``{uid}_{session}_{index}`` form; uids pair rows 0-1 and 2-3 into GRPO groups."""
     g = torch.Generator().manual_seed(0)
-    keys = [f"{tag}_{i}" for i in range(len(PROMPT_LENS))]
+    keys = [f"{tag}{i}_0_0" for i in range(len(PROMPT_LENS))]
+    scores = [1.0, 0.0, 0.0, 1.0]
     fields = TensorDict({
         "input_ids": _nested([torch.randint(5, 100, (p + r,), generator=g) for p, r in zip(PROMPT_LENS, RESPONSE_LENS)]),
         "response_mask": _nested([torch.ones(r, dtype=torch.int64) for r in RESPONSE_LENS]),
         "responses": _nested([torch.randint(5, 100, (r,), generator=g) for r in RESPONSE_LENS]),
-        "advantages": _nested([torch.randn(r, generator=g) for r in RESPONSE_LENS]),
+        "rm_scores": _nested([torch.nn.functional.pad(torch.tensor([s]), (r - 1, 0)) for s, r in zip(scores, RESPONSE_LENS)]),
+        "uid": torch.tensor([0, 0, 1, 1]),
         "row_id": torch.arange(len(keys)),
     }, batch_size=len(keys))  # fmt: skip
     return tq.kv_batch_put(keys=keys, partition_id="train", fields=fields, tags=[{} for _ in keys])
@@ -520,33 +523,82 @@ def v1_trainer(compose, tq, *overrides):
     from verl_ext.trainer.v1 import make_v1_trainer
 
     trainer = object.__new__(make_v1_trainer(PPOTrainerSync))
-    trainer.config = compose("actor_rollout_ref.rollout.calculate_log_probs=false", *overrides)
+    trainer.config = compose("actor_rollout_ref.rollout.calculate_log_probs=false", "algorithm.adv_estimator=grpo",
+                             *overrides)  # fmt: skip
     trainer.actor_rollout_wg = FakeV1WorkerGroup(tq)
     trainer.global_steps, trainer.local_trigger_step, trainer.parameter_sync_step = 2, 0, 1
     return trainer
 
 
+def v1_step(trainer, tq, tag: str, metrics: dict, advantage_step: bool = True):
+    """verl's old-log-prob pass, advantage step (real, against the store) and update, as ``_step_once`` runs them.
+    ``advantage_step=False``: verl's advantage step runs outside the trainer (no verl_ext fields can go with it)."""
+    batch = trainer._compute_old_log_prob(v1_put_batch(tq, tag), metrics=metrics)
+    if advantage_step:
+        batch = trainer._compute_advantage(batch, metrics=metrics)
+    else:
+        batch = verl_advantage_step(trainer, batch, metrics)
+    trainer._update_actor(batch, metrics=metrics)
+    return trainer.actor_rollout_wg.updates[-1]
+
+
+def verl_advantage_step(trainer, batch, metrics):
+    """verl's own ``_compute_advantage``, bypassing verl_ext's override."""
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    return PPOTrainer._compute_advantage(trainer, batch, metrics)
+
+
+def _grpo_advantages() -> torch.Tensor:
+    """Oracle: GRPO's (score - group mean) / (group std + 1e-6) on every token of each response; the groups (rows
+    0-1, 2-3) score (1, 0) and (0, 1): mean 0.5, unbiased std sqrt(0.5)."""
+    a = 0.5 / (0.5**0.5 + 1e-6)
+    out = torch.zeros(len(RESPONSE_LENS), R)
+    for i, (sign, r) in enumerate(zip([1, -1, -1, 1], RESPONSE_LENS)):
+        out[i, :r] = sign * a
+    return out
+
+
 @pytest.mark.e2e  # starts a Ray cluster
-def test_v1_old_entropy_and_cov_selected_reach_the_update_batch(compose, transfer_queue):
+def test_v1_fields_go_with_verl_advantage_put(compose, transfer_queue, monkeypatch):
     tq = transfer_queue
-    # ERC: verl's _compute_old_log_prob stores `entropy`; the update batch must carry it as old_entropy
+    from verl.trainer.ppo.v1 import trainer_base
+
+    calls = {"get": 0, "put": 0}
+    real_get, real_put = tq.kv_batch_get, tq.kv_batch_put
+
+    def counted(name, fn):
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return fn(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(tq, "kv_batch_get", counted("get", real_get))
+    monkeypatch.setattr(tq, "kv_batch_put", counted("put", real_put))
+
+    # ERC: verl stores the old pass's `entropy`; the update batch carries it as old_entropy
     trainer = v1_trainer(compose, tq, "policy_loss@actor_rollout_ref.actor.policy_loss=grpo_erc")
-    batch = trainer._compute_old_log_prob(v1_put_batch(tq, "erc"), metrics={})
-    assert "old_entropy" in batch.fields
-    trainer._update_actor(batch, metrics={})
-    sent = trainer.actor_rollout_wg.updates[-1]
+    sent = v1_step(trainer, tq, "erc", {})
     assert torch.equal(sent["old_entropy"].to_padded_tensor(0.0), expected_response_entropy())
     assert "cov_selected" not in sent.keys()
 
-    # KL-Cov, batch scope: cov_selected over the whole batch, in the same jagged layout as old_log_probs
+    # the store calls of verl's three steps with nothing verl_ext adds (vanilla loss)
+    calls.update(get=0, put=0)
+    v1_step(v1_trainer(compose, tq), tq, "vanilla", {})
+    verl_calls = dict(calls)
+
+    # KL-Cov, batch scope: cov_selected over the whole batch from verl's own advantages, in the jagged layout of
+    # old_log_probs - with no TransferQueue call of verl_ext's own
     trainer = v1_trainer(compose, tq, "policy_loss@actor_rollout_ref.actor.policy_loss=kl_cov",
                          "actor_rollout_ref.actor.policy_loss.kl_cov_ratio=0.2")  # fmt: skip
-    batch = trainer._compute_old_log_prob(v1_put_batch(tq, "klcov"), metrics={})
-    assert "old_entropy" not in batch.fields
+    calls.update(get=0, put=0)
     metrics: dict = {}
-    trainer._update_actor(batch, metrics=metrics)
-    sent = trainer.actor_rollout_wg.updates[-1]
+    sent = v1_step(trainer, tq, "klcov", metrics)
+    assert calls == verl_calls
+    assert trainer_base.tq is tq  # the proxy is gone after the advantage step
+    assert "timing_s/verl_ext/update_fields_fetch" not in metrics and "timing_s/verl_ext/advantage_fields" in metrics
     padded = sent.select("advantages", "old_log_probs", "response_mask", "cov_selected").to_padded_tensor()
+    assert torch.allclose(padded["advantages"], _grpo_advantages())  # verl's advantages, not a stale field
     from verl import DataProto
 
     oracle = _kl_cov_oracle(DataProto.from_dict({k: padded[k] for k in ("advantages", "old_log_probs",
@@ -556,6 +608,16 @@ def test_v1_old_entropy_and_cov_selected_reach_the_update_batch(compose, transfe
     assert torch.equal(padded["cov_selected"], oracle) and int(oracle.sum()) == int(0.2 * sum(RESPONSE_LENS))
     assert metrics["actor/kl_cov/batch_selected_frac"] == pytest.approx(float(oracle.sum()) / sum(RESPONSE_LENS))
     assert np.isfinite(metrics["actor/kl_cov/batch_cov_selected_max"])
+
+    # the same batch when verl's advantage step runs without verl_ext: its own round trip, the same selection
+    trainer = v1_trainer(compose, tq, "policy_loss@actor_rollout_ref.actor.policy_loss=kl_cov",
+                         "actor_rollout_ref.actor.policy_loss.kl_cov_ratio=0.2")  # fmt: skip
+    calls.update(get=0, put=0)
+    fallback_metrics: dict = {}
+    again = v1_step(trainer, tq, "klcov_rt", fallback_metrics, advantage_step=False)
+    assert calls == {"get": verl_calls["get"] + 1, "put": verl_calls["put"] + 1}
+    assert "timing_s/verl_ext/update_fields_fetch" in fallback_metrics
+    assert torch.equal(again["cov_selected"].to_padded_tensor(False), padded["cov_selected"])
 
 
 @pytest.mark.e2e  # starts a Ray cluster

@@ -5,6 +5,7 @@
 | ``v1`` | ``VerlExtV1Mixin`` and ``VerlExtTaskRunnerV1`` (``trainer.use_v1=true``; needs TransferQueue) |
 | ``legacy`` | ``VerlExtRayPPOTrainer`` and ``VerlExtTaskRunner`` (``trainer.use_v1=false``) |
 | ``hooks`` | pure batch hooks: ``old_entropy`` (ERC) and ``cov_selected`` (batch-scope Clip-Cov / KL-Cov) |
+| ``advantage_store`` | V1: verl_ext's fields fetched and stored with verl's own advantage step (no round trip of their own) |
 | ``workers`` | maps the actor role to verl_ext's ``ActorRolloutRefWorker`` subclass |
 | ``actor_worker`` | verl's ``ActorRolloutRefWorker`` with the graph-free current entropy for ERC |
 | ``actor_loss`` | the actor's ``ppo_loss``: verl's contract plus verl_ext's extra loss inputs and KL clipping |
