@@ -127,7 +127,9 @@ FIGURES = ("step_s", "train_s", "update_actor_s", "peak_rss_gb", "selection_s", 
 
 
 def summarise(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
-    """Median over rounds of each figure, and the ratios to the variant's verl baseline."""
+    """Median over rounds of each figure, and the ratios to the variant's verl baseline; ``update_ratio_rounds`` /
+    ``update_adv_ratio_rounds``: the median of the per-round ratios (the two runs of a round ran one after the other,
+    so a slow hour of the machine divides out; the first figures divide medians taken over different hours)."""
     table: dict[str, dict[str, Any]] = {}
     for name, runs in results.items():
         table[name] = {key: statistics.median(run.get(key, 0.0) for run in runs) for key in FIGURES}
@@ -141,6 +143,11 @@ def summarise(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, A
             if table[base].get("update_adv_s"):
                 row["update_adv_ratio"] = row["update_adv_s"] / table[base]["update_adv_s"]
             row["selection_share"] = row["selection_s"] / row["step_s"]
+            pairs = list(zip(results[name], results[base]))
+            row["update_ratio_rounds"] = statistics.median(a["update_actor_s"] / b["update_actor_s"] for a, b in pairs)
+            if all(b.get("update_adv_s") for _, b in pairs):
+                row["update_adv_ratio_rounds"] = statistics.median(a["update_adv_s"] / b["update_adv_s"]
+                                                                   for a, b in pairs)  # fmt: skip
     return table
 
 
@@ -156,6 +163,12 @@ def format_table(table: dict[str, dict[str, Any]]) -> str:
                      f"{row['update_actor_s']:.3f} | {ratios[2]} | {row['peak_rss_gb']:.3f} | {ratios[3]} | "
                      f"{row['selection_s']:.4f} | {row.get('fetch_store_s', 0.0):.4f} | {row.get('adv_s', 0.0):.3f} | "
                      f"{row.get('fields_s', 0.0):.4f} | {row.get('update_adv_s', 0.0):.3f} | {ratios[4]} |")  # fmt: skip
+    lines += [""] if any("update_ratio_rounds" in row for row in table.values()) else []
+    for name, row in table.items():
+        if "update_ratio_rounds" in row:
+            lines.append(f"{name}: median of the rounds' ratios to its baseline: update_actor "
+                         f"{row['update_ratio_rounds']:.3f}x, update_actor + adv "
+                         f"{row.get('update_adv_ratio_rounds', float('nan')):.3f}x")  # fmt: skip
     return "\n".join(lines)
 
 
