@@ -158,7 +158,7 @@ class VerlExtV1Mixin(VerlExtDriverMixin):
     def _compute_advantage(self, batch, metrics: dict):
         self._verl_ext_stored_keys = None
         if not self._verl_ext_adds_fields() or self.config.trainer.critic_warmup > self.global_steps:
-            return super()._compute_advantage(batch, metrics)  # no update follows this step (critic warm-up)
+            return super()._compute_advantage(batch, metrics)  # nothing to add, or no actor update (critic warm-up)
         actor_config = self.config.actor_rollout_ref.actor
         with_entropy = needs_old_entropy(actor_config) or needs_driver_entropy(actor_config, self.verl_ext_driver)
         extra = ["responses", "old_log_probs", *([V1_ENTROPY] if with_entropy else [])]
