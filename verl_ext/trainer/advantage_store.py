@@ -18,7 +18,8 @@ penalty, rollout correction and estimator dispatch verl's own; if a verl version
 proxy sees no matching fetch/put, :attr:`AdvantageStoreProxy.stored` stays false and the caller falls back to its
 own round trip.
 
-May import: ``transfer_queue`` and ``tensordict`` (lazily: only the V1 trainer needs them).
+Imports ``tensordict`` only; the store module it wraps is passed in (``verl_ext.trainer.v1`` passes verl's
+``trainer_base``), so the fast tests use a fake one without TransferQueue.
 """
 
 from __future__ import annotations

@@ -132,6 +132,13 @@ class VerlExtV1Mixin(VerlExtDriverMixin):
         actor_config = self.config.actor_rollout_ref.actor
         return needs_old_entropy(actor_config) or needs_update_fields(actor_config, self.verl_ext_driver)
 
+    def _verl_ext_inputs(self) -> list[str]:
+        """The stored fields :meth:`_verl_ext_fields` reads: the selection's inputs, and the old pass's entropy for ERC,
+        the autopilot or batch-scope ``high_entropy``."""
+        actor_config = self.config.actor_rollout_ref.actor
+        with_entropy = needs_old_entropy(actor_config) or needs_driver_entropy(actor_config, self.verl_ext_driver)
+        return [*SELECTION_INPUTS, *([V1_ENTROPY] if with_entropy else [])]
+
     def _verl_ext_fields(self, data: TensorDict, metrics: dict) -> TensorDict:
         """Every field verl_ext adds before the update, jagged as the store holds them, from the batch's jagged
         ``data`` (``advantages``, ``old_log_probs``, ``response_mask``, ``responses``, and ``entropy`` when needed)."""
@@ -159,9 +166,8 @@ class VerlExtV1Mixin(VerlExtDriverMixin):
         self._verl_ext_stored_keys = None
         if not self._verl_ext_adds_fields() or self.config.trainer.critic_warmup > self.global_steps:
             return super()._compute_advantage(batch, metrics)  # nothing to add, or no actor update (critic warm-up)
-        actor_config = self.config.actor_rollout_ref.actor
-        with_entropy = needs_old_entropy(actor_config) or needs_driver_entropy(actor_config, self.verl_ext_driver)
-        extra = ["responses", "old_log_probs", *([V1_ENTROPY] if with_entropy else [])]
+        # the advantages come from verl's put; verl's fetch already has the mask and old log-probs, the proxy adds the rest
+        extra = [f for f in self._verl_ext_inputs() if f != "advantages"]
 
         def fields_for_update(fetched: TensorDict, stored: TensorDict) -> TensorDict:
             start = time.perf_counter()
@@ -180,11 +186,9 @@ class VerlExtV1Mixin(VerlExtDriverMixin):
     def _update_actor(self, batch, metrics: dict):
         if self._verl_ext_adds_fields() and self._verl_ext_stored_keys != list(batch.keys):
             _note_round_trip()
-            actor_config = self.config.actor_rollout_ref.actor
-            with_entropy = needs_old_entropy(actor_config) or needs_driver_entropy(actor_config, self.verl_ext_driver)
-            wanted = [*SELECTION_INPUTS, *([V1_ENTROPY] if with_entropy else [])]
             start = time.perf_counter()
-            data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=wanted)
+            data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
+                                   select_fields=self._verl_ext_inputs())  # fmt: skip
             metrics[FETCH_TIMER] = time.perf_counter() - start
             fields = self._verl_ext_fields(data, metrics)
             if len(fields.keys()):
