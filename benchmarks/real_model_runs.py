@@ -1,0 +1,157 @@
+"""The real model's 40-step runs side by side: one row per run and one per configuration (its runs' mean and range).
+
+Every run is a ``SCALE=cpu MODEL=smollm2 STEPS=40`` GSM8K recipe launch on SmolLM2-135M-Instruct (commands and
+5-step tables in docs/real_model.md); its verl file log is kept as ``benchmarks/results_real_model_*.jsonl`` and its
+step-40 checkpoint was evaluated with ERC's protocol (``recipe/eval.sh``, n 32; the curves in
+``benchmarks/results_real_model_eval.csv``, written by ``python -m verl_ext.analyze --generations ... --passk-csv``).
+Per run, from those two files only:
+
+* ``gap``: ``mean |H - H*| / H*`` over steps 21-40 (the second half), ``H*`` = 0.3 nats, the target every controlled
+  run used (vanilla's first five steps, rounded down) - for uncontrolled runs it measures how far the entropy ended
+  from where the controllers were asked to hold it;
+* the mean entropy (nats per token) over steps 1-5, 21-40 and 36-40;
+* greedy validation (64 held-out problems) before training and after step 40;
+* avg@32, pass@32 and maj@32 of the step-40 checkpoint.
+
+    python benchmarks/real_model_runs.py            # the markdown tables (per run, per configuration)
+    python benchmarks/real_model_runs.py --json F   # the figures as JSON
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from verl_ext.demo.runs import read_steps
+
+HERE = Path(__file__).resolve().parent
+TARGET = 0.3
+"""H*, nats per token: the target of every controlled 40-step run."""
+EVAL_CSV = HERE / "results_real_model_eval.csv"
+GREEDY = "val-core/openai/gsm8k/acc/mean@1"
+SEED1 = "data.seed=1 actor_rollout_ref.rollout.seed=43 actor_rollout_ref.actor.data_loader_seed=43"
+"""The overrides of every "seed 1" run (seed 0: the recipes' defaults)."""
+
+
+@dataclass(frozen=True)
+class RealRun:
+    config: str
+    """The configuration: runs with the same name differ only in their seed (or are a repeat)."""
+    seed: str
+    """``0``, ``1`` (:data:`SEED1`), or ``0 (repeat)`` for a second run of the same command."""
+    log: str
+    """verl's file log, under benchmarks/."""
+    evaluation: str
+    """The run's name in :data:`EVAL_CSV`."""
+
+
+RUNS = (
+    RealRun("vanilla GRPO", "0", "results_real_model_vanilla_40.jsonl", "vanilla GRPO, step 40"),
+    RealRun("vanilla GRPO", "1", "results_real_model_vanilla_40_seed1.jsonl", "vanilla GRPO, second seed, step 40"),
+    RealRun("fixed Clip-Cov (ratio 0.1)", "0", "results_real_model_clip_cov_40.jsonl", "Clip-Cov, step 40"),
+    RealRun("fixed KL-Cov (ratio 0.1)", "0", "results_real_model_kl_cov_40.jsonl", "KL-Cov, step 40"),
+    RealRun("ERC (band 0.95-1.05)", "0", "results_real_model_erc_40.jsonl", "ERC, step 40"),
+    RealRun("PI x Clip-Cov ratio (Kp 1, Ki 0.25)", "0", "results_real_model_autopilot_40.jsonl",
+            "autopilot (PI on Clip-Cov's ratio), step 40"),
+    RealRun("PI x Clip-Cov ratio (Kp 1, Ki 0.25)", "0 (repeat)", "results_real_model_autopilot_40_limited.jsonl",
+            "autopilot again (limit as bound), step 40"),
+    RealRun("PI x entropy coefficient (Kp 1, Ki 0.25)", "0", "results_real_model_pi_coef_40.jsonl",
+            "PI on the entropy coefficient, step 40"),
+    RealRun("PI x entropy coefficient (Kp 1, Ki 0.25)", "1", "results_real_model_pi_coef_40_seed1.jsonl",
+            "PI on the entropy coefficient, second seed, step 40"),
+)  # fmt: skip
+
+
+def gap(entropy_by_step: dict[int, float], first: int, last: int, target: float = TARGET) -> float:
+    """``mean |H - H*| / H*`` over steps ``first..last``; every one of them must be logged."""
+    missing = [s for s in range(first, last + 1) if s not in entropy_by_step]
+    if missing:
+        raise ValueError(f"no actor/entropy at steps {missing}")
+    return statistics.fmean(abs(entropy_by_step[s] - target) / target for s in range(first, last + 1))
+
+
+def evaluation(path: Path) -> dict[str, dict[str, float]]:
+    """``{run: {metric: mean}}`` of the evaluation CSV."""
+    out: dict[str, dict[str, float]] = {}
+    with path.open() as f:
+        for row in csv.DictReader(f):
+            out.setdefault(row["run"], {})[row["metric"]] = float(row["mean"])
+    return out
+
+
+def figures(run: RealRun, evals: dict[str, dict[str, float]], root: Path = HERE, steps: int = 40) -> dict[str, Any]:
+    """One run's figures from its file log and its rows of the evaluation CSV."""
+    rows = {r["step"]: r for r in read_steps(root / run.log)}
+    if max(rows) != steps:
+        raise ValueError(f"{run.log}: last step {max(rows)}, expected {steps}")
+    if run.evaluation not in evals:
+        raise ValueError(f"{run.evaluation!r} is not a run of the evaluation CSV; its runs: {sorted(evals)}")
+    entropy = {s: r["actor/entropy"] for s, r in rows.items() if "actor/entropy" in r}
+    ev = evals[run.evaluation]
+    return {
+        "config": run.config, "seed": run.seed, "log": run.log,
+        "gap": gap(entropy, steps // 2 + 1, steps),
+        "entropy_first5": statistics.fmean(entropy[s] for s in range(1, 6)),
+        "entropy_second_half": statistics.fmean(entropy[s] for s in range(steps // 2 + 1, steps + 1)),
+        "entropy_last5": statistics.fmean(entropy[s] for s in range(steps - 4, steps + 1)),
+        "greedy_before": rows[0][GREEDY], "greedy_after": rows[steps][GREEDY],
+        "avg@32": ev["avg@32"], "pass@32": ev["pass@32"], "maj@32": ev["maj@32"],
+    }  # fmt: skip
+
+
+COLUMNS = ("gap", "entropy_first5", "entropy_second_half", "entropy_last5", "greedy_after", "avg@32", "pass@32", "maj@32")
+HEADER = ("gap to 0.3 (steps 21-40) | entropy, steps 1-5 | entropy, steps 21-40 | entropy, steps 36-40 | greedy after step 40 | avg@32 | "
+          "pass@32 | maj@32")  # fmt: skip
+
+
+def per_run(results: list[dict[str, Any]]) -> str:
+    lines = [f"| configuration | seed | {HEADER} |", "| --- | --- |" + " ---: |" * len(COLUMNS)]
+    for r in results:
+        lines.append(f"| {r['config']} | {r['seed']} | " + " | ".join(_fmt(k, r[k]) for k in COLUMNS) + " |")
+    return "\n".join(lines)
+
+
+def per_config(results: list[dict[str, Any]]) -> str:
+    """Each configuration's mean over its runs, with the range when it has more than one."""
+    lines = [f"| configuration | runs | {HEADER} |", "| --- | ---: |" + " ---: |" * len(COLUMNS)]
+    for config in dict.fromkeys(r["config"] for r in results):
+        rs = [r for r in results if r["config"] == config]
+        cells = []
+        for k in COLUMNS:
+            values = [r[k] for r in rs]
+            cell = _fmt(k, statistics.fmean(values))
+            if len(values) > 1:
+                cell += f" ({_fmt(k, min(values))}-{_fmt(k, max(values))})"
+            cells.append(cell)
+        lines.append(f"| {config} | {len(rs)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _fmt(key: str, value: float) -> str:
+    return f"{value:.2f}" if key == "gap" else f"{value:.3f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    args = parser.parse_args(argv)
+    evals = evaluation(EVAL_CSV)
+    base = evals.get("base (warmed up)")
+    results = [figures(run, evals) for run in RUNS]
+    print(per_run(results), end="\n\n")
+    print(per_config(results))
+    if base and results:
+        print(f"\nbase (warmed up, step 0): avg@32 {base['avg@32']:.3f}, pass@32 {base['pass@32']:.3f}, "
+              f"maj@32 {base['maj@32']:.3f}; greedy {results[0]['greedy_before']:.3f}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,74 @@
+"""``benchmarks/real_model_runs.py``: the real model's 40-step runs side by side, from their kept logs and the
+evaluation CSV."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import real_model_runs as rmr  # noqa: E402
+
+
+def test_gap_is_the_mean_relative_distance_to_the_target_over_the_steps_asked():
+    entropy = {1: 0.3, 2: 0.6, 3: 0.15, 4: 0.0}
+    # by hand: |0.15 - 0.3| / 0.3 = 0.5, |0 - 0.3| / 0.3 = 1
+    assert rmr.gap(entropy, 3, 4, target=0.3) == pytest.approx(0.75)
+    assert rmr.gap(entropy, 1, 2, target=0.3) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match=r"steps \[5\]"):
+        rmr.gap(entropy, 3, 5, target=0.3)
+
+
+def _write(tmp_path: Path, entropies: list[float], greedy: tuple[float, float], last: int = 40) -> Path:
+    log = tmp_path / "run.jsonl"
+    rows = [{"step": 0, "data": {rmr.GREEDY: greedy[0]}}]
+    rows += [{"step": s, "data": {"actor/entropy": entropies[s - 1]}} for s in range(1, last + 1)]
+    rows[-1]["data"][rmr.GREEDY] = greedy[1]
+    log.write_text("".join(json.dumps(r) + "\n" for r in reversed(rows)))  # any order: read by step
+    with (tmp_path / "eval.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["run", "step", "data_source", "n", "prompts", "metric", "mean", "ci_low", "ci_high"])
+        for metric, mean in (("avg@32", 0.5), ("pass@32", 0.75), ("maj@32", 0.625), ("pass@2", 0.6)):
+            w.writerow(["a run, step 40", 40, "openai/gsm8k", 32, 64, metric, mean, 0.0, 1.0])
+    return log
+
+
+def test_one_runs_figures_come_from_its_log_and_its_evaluation_rows(tmp_path):
+    entropies = [0.4] * 5 + [0.2] * 15 + [0.6] * 15 + [0.1] * 5  # steps 1-5, 6-20, 21-35, 36-40
+    _write(tmp_path, entropies, greedy=(0.75, 0.8125))
+    run = rmr.RealRun("cfg", "0", "run.jsonl", "a run, step 40")
+    got = rmr.figures(run, rmr.evaluation(tmp_path / "eval.csv"), root=tmp_path)
+    # steps 21-40: fifteen at |0.6 - 0.3| / 0.3 = 1, five at |0.1 - 0.3| / 0.3 = 2/3
+    assert got["gap"] == pytest.approx((15 * 1.0 + 5 * 2 / 3) / 20)
+    assert got["entropy_first5"] == pytest.approx(0.4)
+    assert got["entropy_second_half"] == pytest.approx((15 * 0.6 + 5 * 0.1) / 20)
+    assert got["entropy_last5"] == pytest.approx(0.1)
+    assert (got["greedy_before"], got["greedy_after"]) == (0.75, 0.8125)
+    assert (got["avg@32"], got["pass@32"], got["maj@32"]) == (0.5, 0.75, 0.625)
+
+
+def test_a_run_that_is_not_in_the_evaluation_or_stopped_early_is_an_error(tmp_path):
+    _write(tmp_path, [0.3] * 39, greedy=(0.75, 0.75), last=39)
+    evals = rmr.evaluation(tmp_path / "eval.csv")
+    with pytest.raises(ValueError, match="last step 39, expected 40"):
+        rmr.figures(rmr.RealRun("cfg", "0", "run.jsonl", "a run, step 40"), evals, root=tmp_path)
+    _write(tmp_path, [0.3] * 40, greedy=(0.75, 0.75))
+    with pytest.raises(ValueError, match="'another run' is not a run of the evaluation CSV"):
+        rmr.figures(rmr.RealRun("cfg", "0", "run.jsonl", "another run"), evals, root=tmp_path)
+
+
+def test_every_kept_run_is_complete_evaluated_and_started_from_the_same_model():
+    """The registry matches the kept files: each log reaches step 40 with an entropy at every step, each run has
+    its evaluation rows, and every run validated the same warmed-up model at step 0 (the same greedy score) - a run
+    from another base would not belong in the table."""
+    evals = rmr.evaluation(rmr.EVAL_CSV)
+    results = [rmr.figures(run, evals) for run in rmr.RUNS]
+    assert len({r["log"] for r in results}) == len(rmr.RUNS)
+    assert len({run.evaluation for run in rmr.RUNS}) == len(rmr.RUNS)
+    assert all(r["greedy_before"] == pytest.approx(0.765625) for r in results), [r["greedy_before"] for r in results]
+    table = rmr.per_config(results)
+    assert table.count("\n") == 1 + len({run.config for run in rmr.RUNS})
