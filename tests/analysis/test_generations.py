@@ -93,3 +93,13 @@ def test_a_file_not_named_by_its_step_is_refused(tmp_path, capsys):
     dump = write_dump(tmp_path / "val.jsonl", v1_rows(1, "aime", "a", [True], ["1"]))
     assert main(["--generations", str(dump)]) == 2
     assert "named <global_step>.jsonl" in capsys.readouterr().err
+
+
+def test_every_run_of_a_picture_gets_its_own_colour():
+    """Up to 10 runs: matplotlib's default cycle; beyond, ``tab20`` - 13 runs (the real model's evaluation picture)
+    once drew two pairs of runs in one colour each with the default cycle."""
+    from verl_ext.analysis.eval_report import run_colours
+
+    assert run_colours(3) == ["C0", "C1", "C2"]
+    assert len(set(run_colours(13))) == 13
+    assert len(set(run_colours(20))) == 20

@@ -47,6 +47,21 @@ def write_evaluation_csv(evaluations: Sequence[Evaluation], path: Path) -> None:
                                     report.mean(metric), *report.interval(metric)])  # fmt: skip
 
 
+LEGEND_INSIDE_MAX = 6
+"""Up to this many runs the legend sits in the free lower part of the pass@k panel; beyond, beside it."""
+
+
+def run_colours(count: int) -> list[str | tuple[float, ...]]:
+    """One distinct colour per run: matplotlib's default cycle (10 colours) or, for more runs, ``tab20`` (20), so
+    that no two runs of one picture share a colour up to 20 runs."""
+    if count <= 10:
+        return [f"C{i}" for i in range(count)]
+    from matplotlib import colormaps
+
+    palette = colormaps["tab20"].colors
+    return [palette[i % len(palette)] for i in range(count)]
+
+
 def plot_evaluations(evaluations: Sequence[Evaluation], out: Path) -> Path:
     """Top row: pass@k (and maj@k, dashed) against k per data source, every run side by side, at each run's last
     step. Bottom row, for every run with more than one validation step: pass@k over training, one line per k."""
@@ -56,7 +71,9 @@ def plot_evaluations(evaluations: Sequence[Evaluation], out: Path) -> Path:
     sources = sorted({s for ev in evaluations for s in ev.reports[ev.last_step]})
     over_time = [ev for ev in evaluations if len(ev.reports) > 1]
     cols = max(len(sources), len(over_time), 1)
-    fig = Figure(figsize=(5 * cols, 4 * (2 if over_time else 1)))
+    outside = len(evaluations) > LEGEND_INSIDE_MAX
+    fig = Figure(figsize=(5 * cols + (3 if outside else 0), 4 * (2 if over_time else 1)))
+    colours = run_colours(len(evaluations))
     FigureCanvasAgg(fig)
     axes = fig.subplots(2 if over_time else 1, cols, squeeze=False)
     for ax, source in zip(axes[0], sources):
@@ -65,9 +82,9 @@ def plot_evaluations(evaluations: Sequence[Evaluation], out: Path) -> Path:
             if report is None:
                 continue
             ks = k_values(report.n)
-            ax.plot(ks, [report.mean(f"pass@{k}") for k in ks], marker="o", color=f"C{i % 10}", label=ev.label)
+            ax.plot(ks, [report.mean(f"pass@{k}") for k in ks], marker="o", color=colours[i], label=ev.label)
             if report.has_answers:  # same colour, dashed: one legend entry per run
-                ax.plot(ks, [report.mean(f"maj@{k}") for k in ks], marker=".", linestyle="--", color=f"C{i % 10}")
+                ax.plot(ks, [report.mean(f"maj@{k}") for k in ks], marker=".", linestyle="--", color=colours[i])
         ax.set_xscale("log", base=2)
         ticks = sorted({k for ev in evaluations if source in ev.reports[ev.last_step]
                         for k in k_values(ev.reports[ev.last_step][source].n)})  # fmt: skip
@@ -76,7 +93,10 @@ def plot_evaluations(evaluations: Sequence[Evaluation], out: Path) -> Path:
         ax.set_xlabel("k")
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")  # the curves sit high: the lower part is free
+        if outside:
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+        else:
+            ax.legend(fontsize=7, loc="lower right")  # the curves sit high: the lower part is free
     for ax, ev in zip(axes[1] if over_time else [], over_time):
         for source in sorted({s for sources_ in ev.reports.values() for s in sources_}):
             steps = sorted(step for step, r in ev.reports.items() if source in r)
@@ -97,4 +117,4 @@ def plot_evaluations(evaluations: Sequence[Evaluation], out: Path) -> Path:
     return out
 
 
-__all__ = ["format_evaluations", "plot_evaluations", "write_evaluation_csv"]
+__all__ = ["format_evaluations", "plot_evaluations", "run_colours", "write_evaluation_csv"]
