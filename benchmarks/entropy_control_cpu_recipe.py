@@ -37,6 +37,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from verl_ext.analysis.control import relative_gap
 from verl_ext.demo.runs import CONTROL_RUNS, MODELS, log_path, read_steps
 
 VARIANTS = ("vanilla", "clip_cov", "autopilot", "skywork", "pi_coef", "entropic", "high_entropy", "entropy_adv")
@@ -71,7 +72,7 @@ def result(out: Path, variant: str, seed: int, target: float) -> dict[str, Any]:
     half = len(rows) // 2
     record = {
         "variant": variant, "seed": seed,
-        "tracking_error": statistics.fmean(abs(h - target) / target for h in entropy[half:]),
+        "tracking_error": relative_gap(entropy[half:], target),
         "overshoot": overshoot(entropy, target),
         "entropy_last": statistics.fmean(entropy[-5:]),
         "reward_last": statistics.fmean(r["critic/score/mean"] for r in rows[-5:]),

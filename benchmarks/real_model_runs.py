@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from verl_ext.analysis.control import relative_gap
 from verl_ext.demo.runs import read_steps
 
 HERE = Path(__file__).resolve().parent
@@ -78,7 +79,7 @@ def gap(entropy_by_step: dict[int, float], first: int, last: int, target: float 
     missing = [s for s in range(first, last + 1) if s not in entropy_by_step]
     if missing:
         raise ValueError(f"no actor/entropy at steps {missing}")
-    return statistics.fmean(abs(entropy_by_step[s] - target) / target for s in range(first, last + 1))
+    return relative_gap([entropy_by_step[s] for s in range(first, last + 1)], target)
 
 
 def evaluation(path: Path) -> dict[str, dict[str, float]]:
@@ -110,9 +111,13 @@ def figures(run: RealRun, evals: dict[str, dict[str, float]], root: Path = HERE,
     }  # fmt: skip
 
 
-COLUMNS = ("gap", "entropy_first5", "entropy_second_half", "entropy_last5", "greedy_after", "avg@32", "pass@32", "maj@32")
-HEADER = ("gap to 0.3 (steps 21-40) | entropy, steps 1-5 | entropy, steps 21-40 | entropy, steps 36-40 | greedy after step 40 | avg@32 | "
-          "pass@32 | maj@32")  # fmt: skip
+COLUMNS = {
+    "gap": "gap to 0.3 (steps 21-40)", "entropy_first5": "entropy, steps 1-5",
+    "entropy_second_half": "entropy, steps 21-40", "entropy_last5": "entropy, steps 36-40",
+    "greedy_after": "greedy after step 40", "avg@32": "avg@32", "pass@32": "pass@32", "maj@32": "maj@32",
+}
+"""The tables' columns: each figure's key and its header."""
+HEADER = " | ".join(COLUMNS.values())
 
 
 def per_run(results: list[dict[str, Any]]) -> str:

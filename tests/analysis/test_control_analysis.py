@@ -58,3 +58,14 @@ def test_a_broken_lens_file_is_an_input_error(tmp_path, capsys):
     (tmp_path / "bad.lens.jsonl").write_text('{"token": "7"}\n')
     assert main([str(tmp_path / "run.jsonl"), "--no-plot", "--lens", str(tmp_path / "bad.lens.jsonl")]) == 2
     assert "bad.lens.jsonl:1: not a token-lens row" in capsys.readouterr().err
+
+
+def test_relative_gap_is_the_mean_absolute_relative_distance_to_the_target():
+    from verl_ext.analysis.control import relative_gap
+
+    # by hand: |0.15 - 0.3| / 0.3 = 0.5, |0.6 - 0.3| / 0.3 = 1, |2 - 1| / 1 = 1, |1 - 1| / 1 = 0
+    assert relative_gap([0.15, 0.6], 0.3) == pytest.approx(0.75)
+    assert relative_gap([2.0, 1.0], [1.0, 1.0]) == pytest.approx(0.5)
+    assert relative_gap([0.15, 2.0], [0.3, 1.0]) == pytest.approx(0.75)
+    with pytest.raises(ValueError, match="no steps"):
+        relative_gap([], 0.3)

@@ -1,5 +1,6 @@
 """The entropy autopilot's record in a run, and the token lens's file: what ``verl_ext.analyze`` reports of them.
 
+* :func:`relative_gap` - ``mean |H_t - H*_t| / H*_t``, the tracking gap every comparison of the project reports.
 * :func:`tracking` - how closely a run's entropy followed the autopilot's target over the second half of the run:
   mean absolute relative error ``mean |H_t - H*_t| / H*_t``, the final ratio and the share of saturated steps.
 * :func:`lens_summary` - from a ``<experiment>.lens.jsonl`` file (``verl_ext.token_lens``): the most frequently
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +35,16 @@ class Tracking:
     saturated_share: float
 
 
+def relative_gap(entropy: Sequence[float] | np.ndarray, target: float | Sequence[float] | np.ndarray) -> float:
+    """``mean |H_t - H*_t| / H*_t`` over the steps given: the entropy's mean absolute relative distance from its target
+    (a constant or one value per step)."""
+    h = np.asarray(entropy, dtype=float)
+    if h.size == 0:
+        raise ValueError("relative_gap: no steps")
+    t = np.broadcast_to(np.asarray(target, dtype=float), h.shape)
+    return float((np.abs(h - t) / t).mean())
+
+
 def tracking(run: Run) -> Tracking | None:
     """The second-half tracking figures of ``run``, or ``None`` when it logged no autopilot metrics."""
     if TARGET_KEY not in run.metrics or ENTROPY_KEY not in run.metrics:
@@ -40,10 +52,10 @@ def tracking(run: Run) -> Tracking | None:
     steps, target = run.series(TARGET_KEY)
     _, entropy = run.series(ENTROPY_KEY)
     half = len(steps) // 2
-    err = np.abs(entropy[half:] - target[half:]) / target[half:]
+    counted = len(steps) - half
     _, ratio = run.series(RATIO_KEY if RATIO_KEY in run.metrics else CONTROL_VALUE)  # the actuator's value
-    saturated = run.series(SATURATED_KEY)[1][half:] if SATURATED_KEY in run.metrics else np.zeros(len(err))
-    return Tracking(int(len(err)), float(err.mean()), float(ratio[-1]), float(saturated.mean()))
+    saturated = run.series(SATURATED_KEY)[1][half:] if SATURATED_KEY in run.metrics else np.zeros(counted)
+    return Tracking(counted, relative_gap(entropy[half:], target[half:]), float(ratio[-1]), float(saturated.mean()))
 
 
 def format_tracking(label: str, record: Tracking) -> str:
