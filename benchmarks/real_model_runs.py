@@ -77,6 +77,8 @@ RUNS = (
             "EntroPIC (their gains), step 40"),
     RealRun("high_entropy (top 20 %)", "0", "results_real_model_high_entropy_40.jsonl", "high_entropy, step 40"),
     RealRun("entropy_adv (alpha 0.4, kappa 2)", "0", "results_real_model_entropy_adv_40.jsonl", "entropy_adv, step 40"),
+    RealRun("Skywork-OR1 x entropy coefficient (delta 5e-3, max 0.1)", "0", "results_real_model_skywork_regime_40.jsonl",
+            "Skywork-OR1 (sized for this regime), step 40"),
 )  # fmt: skip
 
 
