@@ -76,6 +76,8 @@ RUNS = (
     RealRun("EntroPIC x pos_weight (their gains, Kp 1, Ki 0.01)", "0", "results_real_model_entropic_40.jsonl",
             "EntroPIC (their gains), step 40"),
     RealRun("high_entropy (top 20 %)", "0", "results_real_model_high_entropy_40.jsonl", "high_entropy, step 40"),
+    RealRun("high_entropy (top 20 %)", "1", "results_real_model_high_entropy_40_seed1.jsonl",
+            "high_entropy, second seed, step 40"),
     RealRun("entropy_adv (alpha 0.4, kappa 2)", "0", "results_real_model_entropy_adv_40.jsonl", "entropy_adv, step 40"),
     RealRun("Skywork-OR1 x entropy coefficient (delta 5e-3, max 0.1)", "0", "results_real_model_skywork_regime_40.jsonl",
             "Skywork-OR1 (sized for this regime), step 40"),
