@@ -79,6 +79,8 @@ RUNS = (
     RealRun("high_entropy (top 20 %)", "1", "results_real_model_high_entropy_40_seed1.jsonl",
             "high_entropy, second seed, step 40"),
     RealRun("entropy_adv (alpha 0.4, kappa 2)", "0", "results_real_model_entropy_adv_40.jsonl", "entropy_adv, step 40"),
+    RealRun("entropy_adv (alpha 0.4, kappa 2)", "1", "results_real_model_entropy_adv_40_seed1.jsonl",
+            "entropy_adv, second seed, step 40"),
     RealRun("Skywork-OR1 x entropy coefficient (delta 5e-3, max 0.1)", "0", "results_real_model_skywork_regime_40.jsonl",
             "Skywork-OR1 (sized for this regime), step 40"),
     RealRun("Skywork-OR1 x entropy coefficient (delta 5e-3, max 0.1)", "1",
