@@ -87,6 +87,8 @@ RUNS = (
             "results_real_model_skywork_regime_40_seed1.jsonl", "Skywork-OR1 (sized for this regime), second seed, step 40"),
     RealRun("EntroPIC x pos_weight (Kp 1, Ki 0.1)", "0", "results_real_model_entropic_regime_40.jsonl",
             "EntroPIC (Ki 0.1), step 40"),
+    RealRun("EntroPIC x pos_weight (Kp 1, Ki 0.1)", "1", "results_real_model_entropic_regime_40_seed1.jsonl",
+            "EntroPIC (Ki 0.1), second seed, step 40"),
 )  # fmt: skip
 
 
