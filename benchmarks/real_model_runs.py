@@ -73,6 +73,8 @@ RUNS = (
             "PI on the entropy coefficient, second seed, step 40"),
     RealRun("Skywork-OR1 x entropy coefficient (their values)", "0", "results_real_model_skywork_40.jsonl",
             "Skywork-OR1 (their values), step 40"),
+    RealRun("Skywork-OR1 x entropy coefficient (their values)", "1", "results_real_model_skywork_40_seed1.jsonl",
+            "Skywork-OR1 (their values), second seed, step 40"),
     RealRun("EntroPIC x pos_weight (their gains, Kp 1, Ki 0.01)", "0", "results_real_model_entropic_40.jsonl",
             "EntroPIC (their gains), step 40"),
     RealRun("high_entropy (top 20 %)", "0", "results_real_model_high_entropy_40.jsonl", "high_entropy, step 40"),
