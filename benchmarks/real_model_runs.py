@@ -37,6 +37,8 @@ EVAL_CSV = HERE / "results_real_model_eval.csv"
 GREEDY = "val-core/openai/gsm8k/acc/mean@1"
 SEED1 = "data.seed=1 actor_rollout_ref.rollout.seed=43 actor_rollout_ref.actor.data_loader_seed=43"
 """The overrides of every "seed 1" run (seed 0: the recipes' defaults)."""
+SEED2 = "data.seed=2 actor_rollout_ref.rollout.seed=44 actor_rollout_ref.actor.data_loader_seed=44"
+"""The overrides of every "seed 2" run."""
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,7 @@ class RealRun:
     config: str
     """The configuration: runs with the same name differ only in their seed (or are a repeat)."""
     seed: str
-    """``0``, ``1`` (:data:`SEED1`), or ``0 (repeat)`` for a second run of the same command."""
+    """``0``, ``1`` (:data:`SEED1`), ``2`` (:data:`SEED2`), or ``0 (repeat)`` for a second run of the same command."""
     log: str
     """verl's file log, under benchmarks/."""
     evaluation: str
@@ -54,6 +56,7 @@ class RealRun:
 RUNS = (
     RealRun("vanilla GRPO", "0", "results_real_model_vanilla_40.jsonl", "vanilla GRPO, step 40"),
     RealRun("vanilla GRPO", "1", "results_real_model_vanilla_40_seed1.jsonl", "vanilla GRPO, second seed, step 40"),
+    RealRun("vanilla GRPO", "2", "results_real_model_vanilla_40_seed2.jsonl", "vanilla GRPO, third seed, step 40"),
     RealRun("fixed Clip-Cov (ratio 0.1)", "0", "results_real_model_clip_cov_40.jsonl", "Clip-Cov, step 40"),
     RealRun("fixed Clip-Cov (ratio 0.1)", "1", "results_real_model_clip_cov_40_seed1.jsonl",
             "Clip-Cov, second seed, step 40"),
