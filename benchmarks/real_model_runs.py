@@ -11,7 +11,9 @@ Per run, from those two files only:
   from where the controllers were asked to hold it;
 * the mean entropy (nats per token) over steps 1-5, 21-40 and 36-40;
 * greedy validation (64 held-out problems) before training and after step 40;
-* avg@32, pass@32 and maj@32 of the step-40 checkpoint.
+* avg@32, pass@32 and maj@32 of the step-40 checkpoint;
+
+and, over all runs, Pearson's r between the entropy a run kept (steps 21-40) and each of those three scores.
 
     python benchmarks/real_model_runs.py            # the markdown tables (per run, per configuration)
     python benchmarks/real_model_runs.py --json F   # the figures as JSON
@@ -155,9 +157,24 @@ def per_run(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def runs_label(seeds: list[str]) -> str:
+    """A configuration's runs by seed, as the docs' tables name them: ``seed 0``, ``seeds 0, 1, 2``, or
+    ``seed 0 twice, seed 1`` where a run repeats seed 0's command."""
+    if "0 (repeat)" in seeds:
+        others = sorted(s for s in seeds if s not in ("0", "0 (repeat)"))
+        return ", ".join(["seed 0 twice", *(f"seed {s}" for s in others)])
+    return ("seeds " if len(seeds) > 1 else "seed ") + ", ".join(sorted(seeds))
+
+
+def correlations(results: list[dict[str, Any]]) -> dict[str, float]:
+    """Pearson's r, over all runs, between the entropy a run kept (mean over steps 21-40) and each of its scores."""
+    kept = [r["entropy_second_half"] for r in results]
+    return {k: statistics.correlation(kept, [r[k] for r in results]) for k in ("avg@32", "pass@32", "maj@32")}
+
+
 def per_config(results: list[dict[str, Any]]) -> str:
     """Each configuration's mean over its runs, with the range when it has more than one."""
-    lines = [f"| configuration | runs | {HEADER} |", "| --- | ---: |" + " ---: |" * len(COLUMNS)]
+    lines = [f"| configuration | runs | {HEADER} |", "| --- | --- |" + " ---: |" * len(COLUMNS)]
     for config in dict.fromkeys(r["config"] for r in results):
         rs = [r for r in results if r["config"] == config]
         cells = []
@@ -167,7 +184,7 @@ def per_config(results: list[dict[str, Any]]) -> str:
             if len(values) > 1:
                 cell += f" ({_fmt(k, min(values))}-{_fmt(k, max(values))})"
             cells.append(cell)
-        lines.append(f"| {config} | {len(rs)} | " + " | ".join(cells) + " |")
+        lines.append(f"| {config} | {runs_label([r['seed'] for r in rs])} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -187,6 +204,10 @@ def main(argv: list[str] | None = None) -> int:
     if base and results:
         print(f"\nbase (warmed up, step 0): avg@32 {base['avg@32']:.3f}, pass@32 {base['pass@32']:.3f}, "
               f"maj@32 {base['maj@32']:.3f}; greedy {results[0]['greedy_before']:.3f}")
+    if len(results) > 2:
+        r = correlations(results)
+        print("\nentropy kept (steps 21-40) against the score, Pearson r over the runs: "
+              + ", ".join(f"{k} {v:+.2f}" for k, v in r.items()))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1) + "\n")
     return 0

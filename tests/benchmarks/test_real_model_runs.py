@@ -37,6 +37,23 @@ def _write(tmp_path: Path, entropies: list[float], greedy: tuple[float, float], 
     return log
 
 
+def test_a_configurations_runs_are_named_by_their_seeds():
+    assert rmr.runs_label(["0"]) == "seed 0"
+    assert rmr.runs_label(["1", "0", "2"]) == "seeds 0, 1, 2"
+    assert rmr.runs_label(["0", "0 (repeat)", "1"]) == "seed 0 twice, seed 1"
+
+
+def test_correlation_of_entropy_kept_and_scores_is_pearsons_r():
+    # by hand: x = (0.1, 0.2, 0.3), y = (0.9, 0.7, 0.8): deviations (-1, 0, 1) x 0.1 and (1, -1, 0) x 0.1,
+    # r = sum(dx dy) / sqrt(sum dx^2 sum dy^2) = -1 / sqrt(2 x 2) = -0.5; a score rising with x gives r = 1
+    runs = [{"entropy_second_half": x, "avg@32": y, "pass@32": x, "maj@32": 1 - x}
+            for x, y in ((0.1, 0.9), (0.2, 0.7), (0.3, 0.8))]
+    got = rmr.correlations(runs)
+    assert got["avg@32"] == pytest.approx(-0.5)
+    assert got["pass@32"] == pytest.approx(1.0)
+    assert got["maj@32"] == pytest.approx(-1.0)
+
+
 def test_one_runs_figures_come_from_its_log_and_its_evaluation_rows(tmp_path):
     entropies = [0.4] * 5 + [0.2] * 15 + [0.6] * 15 + [0.1] * 5  # steps 1-5, 6-20, 21-35, 36-40
     _write(tmp_path, entropies, greedy=(0.75, 0.8125))
