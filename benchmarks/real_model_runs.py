@@ -55,6 +55,9 @@ class RealRun:
     """The run's name in :data:`EVAL_CSV`."""
 
 
+# The configurations' names as the docs' tables give them; the two sized for the real model's regime are long.
+SKYWORK_REGIME = "Skywork-OR1 x entropy coefficient (delta 5e-3, max 0.1: sized for this regime)"
+ENTROPIC_REGIME = "EntroPIC x pos_weight (Kp 1, Ki 0.1: sized for this regime)"
 RUNS = (
     RealRun("vanilla GRPO", "0", "results_real_model_vanilla_40.jsonl", "vanilla GRPO, step 40"),
     RealRun("vanilla GRPO", "1", "results_real_model_vanilla_40_seed1.jsonl", "vanilla GRPO, second seed, step 40"),
@@ -65,15 +68,16 @@ RUNS = (
     RealRun("fixed Clip-Cov (ratio 0.1)", "2", "results_real_model_clip_cov_40_seed2.jsonl",
             "Clip-Cov, third seed, step 40"),
     RealRun("fixed KL-Cov (ratio 0.1)", "0", "results_real_model_kl_cov_40.jsonl", "KL-Cov, step 40"),
-    RealRun("fixed KL-Cov (ratio 0.1)", "1", "results_real_model_kl_cov_40_seed1.jsonl", "KL-Cov, second seed, step 40"),
+    RealRun("fixed KL-Cov (ratio 0.1)", "1", "results_real_model_kl_cov_40_seed1.jsonl",
+            "KL-Cov, second seed, step 40"),
     RealRun("fixed KL-Cov (ratio 0.1)", "2", "results_real_model_kl_cov_40_seed2.jsonl", "KL-Cov, third seed, step 40"),
     RealRun("ERC (band 0.95-1.05)", "0", "results_real_model_erc_40.jsonl", "ERC, step 40"),
     RealRun("ERC (band 0.95-1.05)", "1", "results_real_model_erc_40_seed1.jsonl", "ERC, second seed, step 40"),
-    RealRun("PI x Clip-Cov ratio (Kp 1, Ki 0.25)", "0", "results_real_model_autopilot_40.jsonl",
+    RealRun("PI x Clip-Cov's ratio (Kp 1, Ki 0.25)", "0", "results_real_model_autopilot_40.jsonl",
             "autopilot (PI on Clip-Cov's ratio), step 40"),
-    RealRun("PI x Clip-Cov ratio (Kp 1, Ki 0.25)", "0 (repeat)", "results_real_model_autopilot_40_limited.jsonl",
+    RealRun("PI x Clip-Cov's ratio (Kp 1, Ki 0.25)", "0 (repeat)", "results_real_model_autopilot_40_limited.jsonl",
             "autopilot again (limit as bound), step 40"),
-    RealRun("PI x Clip-Cov ratio (Kp 1, Ki 0.25)", "1", "results_real_model_autopilot_40_seed1.jsonl",
+    RealRun("PI x Clip-Cov's ratio (Kp 1, Ki 0.25)", "1", "results_real_model_autopilot_40_seed1.jsonl",
             "autopilot, second seed, step 40"),
     RealRun("PI x entropy coefficient (Kp 1, Ki 0.25)", "0", "results_real_model_pi_coef_40.jsonl",
             "PI on the entropy coefficient, step 40"),
@@ -87,19 +91,19 @@ RUNS = (
             "EntroPIC (their gains), step 40"),
     RealRun("EntroPIC x pos_weight (their gains, Kp 1, Ki 0.01)", "1", "results_real_model_entropic_40_seed1.jsonl",
             "EntroPIC (their gains), second seed, step 40"),
-    RealRun("high_entropy (top 20 %)", "0", "results_real_model_high_entropy_40.jsonl", "high_entropy, step 40"),
-    RealRun("high_entropy (top 20 %)", "1", "results_real_model_high_entropy_40_seed1.jsonl",
+    RealRun("`high_entropy` (top 20 %)", "0", "results_real_model_high_entropy_40.jsonl", "high_entropy, step 40"),
+    RealRun("`high_entropy` (top 20 %)", "1", "results_real_model_high_entropy_40_seed1.jsonl",
             "high_entropy, second seed, step 40"),
-    RealRun("entropy_adv (alpha 0.4, kappa 2)", "0", "results_real_model_entropy_adv_40.jsonl", "entropy_adv, step 40"),
-    RealRun("entropy_adv (alpha 0.4, kappa 2)", "1", "results_real_model_entropy_adv_40_seed1.jsonl",
+    RealRun("`entropy_adv` (alpha 0.4, kappa 2)", "0", "results_real_model_entropy_adv_40.jsonl",
+            "entropy_adv, step 40"),
+    RealRun("`entropy_adv` (alpha 0.4, kappa 2)", "1", "results_real_model_entropy_adv_40_seed1.jsonl",
             "entropy_adv, second seed, step 40"),
-    RealRun("Skywork-OR1 x entropy coefficient (delta 5e-3, max 0.1)", "0", "results_real_model_skywork_regime_40.jsonl",
+    RealRun(SKYWORK_REGIME, "0", "results_real_model_skywork_regime_40.jsonl",
             "Skywork-OR1 (sized for this regime), step 40"),
-    RealRun("Skywork-OR1 x entropy coefficient (delta 5e-3, max 0.1)", "1",
-            "results_real_model_skywork_regime_40_seed1.jsonl", "Skywork-OR1 (sized for this regime), second seed, step 40"),
-    RealRun("EntroPIC x pos_weight (Kp 1, Ki 0.1)", "0", "results_real_model_entropic_regime_40.jsonl",
-            "EntroPIC (Ki 0.1), step 40"),
-    RealRun("EntroPIC x pos_weight (Kp 1, Ki 0.1)", "1", "results_real_model_entropic_regime_40_seed1.jsonl",
+    RealRun(SKYWORK_REGIME, "1", "results_real_model_skywork_regime_40_seed1.jsonl",
+            "Skywork-OR1 (sized for this regime), second seed, step 40"),
+    RealRun(ENTROPIC_REGIME, "0", "results_real_model_entropic_regime_40.jsonl", "EntroPIC (Ki 0.1), step 40"),
+    RealRun(ENTROPIC_REGIME, "1", "results_real_model_entropic_regime_40_seed1.jsonl",
             "EntroPIC (Ki 0.1), second seed, step 40"),
 )  # fmt: skip
 

@@ -89,3 +89,12 @@ def test_every_kept_run_is_complete_evaluated_and_started_from_the_same_model():
     assert all(r["greedy_before"] == pytest.approx(0.765625) for r in results), [r["greedy_before"] for r in results]
     table = rmr.per_config(results)
     assert table.count("\n") == 1 + len({run.config for run in rmr.RUNS})
+
+
+def test_the_docs_per_configuration_table_is_the_scripts_output():
+    """docs/entropy_control.md quotes `python benchmarks/real_model_runs.py`'s per-configuration table: a run added to
+    the registry (or a figure changed) without pasting the new table there fails here."""
+    evals = rmr.evaluation(rmr.EVAL_CSV)
+    table = rmr.per_config([rmr.figures(run, evals) for run in rmr.RUNS])
+    docs = (rmr.HERE.parent / "docs" / "entropy_control.md").read_text()
+    assert table in docs, "docs/entropy_control.md: paste the per-configuration table printed by real_model_runs.py"
