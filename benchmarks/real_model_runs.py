@@ -73,6 +73,7 @@ RUNS = (
     RealRun("fixed KL-Cov (ratio 0.1)", "2", "results_real_model_kl_cov_40_seed2.jsonl", "KL-Cov, third seed, step 40"),
     RealRun("ERC (band 0.95-1.05)", "0", "results_real_model_erc_40.jsonl", "ERC, step 40"),
     RealRun("ERC (band 0.95-1.05)", "1", "results_real_model_erc_40_seed1.jsonl", "ERC, second seed, step 40"),
+    RealRun("ERC (band 0.95-1.05)", "2", "results_real_model_erc_40_seed2.jsonl", "ERC, third seed, step 40"),
     RealRun("PI x Clip-Cov's ratio (Kp 1, Ki 0.25)", "0", "results_real_model_autopilot_40.jsonl",
             "autopilot (PI on Clip-Cov's ratio), step 40"),
     RealRun("PI x Clip-Cov's ratio (Kp 1, Ki 0.25)", "0 (repeat)", "results_real_model_autopilot_40_limited.jsonl",
