@@ -80,6 +80,8 @@ RUNS = (
             "autopilot again (limit as bound), step 40"),
     RealRun("PI x Clip-Cov's ratio (Kp 1, Ki 0.25)", "1", "results_real_model_autopilot_40_seed1.jsonl",
             "autopilot, second seed, step 40"),
+    RealRun("PI x Clip-Cov's ratio (Kp 1, Ki 0.25)", "2", "results_real_model_autopilot_40_seed2.jsonl",
+            "autopilot, third seed, step 40"),
     RealRun("PI x entropy coefficient (Kp 1, Ki 0.25)", "0", "results_real_model_pi_coef_40.jsonl",
             "PI on the entropy coefficient, step 40"),
     RealRun("PI x entropy coefficient (Kp 1, Ki 0.25)", "1", "results_real_model_pi_coef_40_seed1.jsonl",
