@@ -86,6 +86,8 @@ RUNS = (
             "PI on the entropy coefficient, step 40"),
     RealRun("PI x entropy coefficient (Kp 1, Ki 0.25)", "1", "results_real_model_pi_coef_40_seed1.jsonl",
             "PI on the entropy coefficient, second seed, step 40"),
+    RealRun("PI x entropy coefficient (Kp 1, Ki 0.25)", "2", "results_real_model_pi_coef_40_seed2.jsonl",
+            "PI on the entropy coefficient, third seed, step 40"),
     RealRun("Skywork-OR1 x entropy coefficient (their values)", "0", "results_real_model_skywork_40.jsonl",
             "Skywork-OR1 (their values), step 40"),
     RealRun("Skywork-OR1 x entropy coefficient (their values)", "1", "results_real_model_skywork_40_seed1.jsonl",
