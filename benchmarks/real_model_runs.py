@@ -96,6 +96,8 @@ RUNS = (
             "EntroPIC (their gains), step 40"),
     RealRun("EntroPIC x pos_weight (their gains, Kp 1, Ki 0.01)", "1", "results_real_model_entropic_40_seed1.jsonl",
             "EntroPIC (their gains), second seed, step 40"),
+    RealRun("EntroPIC x pos_weight (their gains, Kp 1, Ki 0.01)", "2", "results_real_model_entropic_40_seed2.jsonl",
+            "EntroPIC (their gains), third seed, step 40"),
     RealRun("`high_entropy` (top 20 %)", "0", "results_real_model_high_entropy_40.jsonl", "high_entropy, step 40"),
     RealRun("`high_entropy` (top 20 %)", "1", "results_real_model_high_entropy_40_seed1.jsonl",
             "high_entropy, second seed, step 40"),
