@@ -78,12 +78,18 @@ def test_a_run_that_is_not_in_the_evaluation_or_stopped_early_is_an_error(tmp_pa
         rmr.figures(rmr.RealRun("cfg", "0", "run.jsonl", "another run"), evals, root=tmp_path)
 
 
-def test_every_kept_run_is_complete_evaluated_and_started_from_the_same_model():
+@pytest.fixture(scope="module")
+def kept_results() -> list[dict]:
+    """Every registered run's figures, from the kept logs and the evaluation CSV (read once for the tests below)."""
+    evals = rmr.evaluation(rmr.EVAL_CSV)
+    return [rmr.figures(run, evals) for run in rmr.RUNS]
+
+
+def test_every_kept_run_is_complete_evaluated_and_started_from_the_same_model(kept_results):
     """The registry matches the kept files: each log reaches step 40 with an entropy at every step, each run has
     its evaluation rows, and every run validated the same warmed-up model at step 0 (the same greedy score) - a run
     from another base would not belong in the table."""
-    evals = rmr.evaluation(rmr.EVAL_CSV)
-    results = [rmr.figures(run, evals) for run in rmr.RUNS]
+    results = kept_results
     assert len({r["log"] for r in results}) == len(rmr.RUNS)
     assert len({run.evaluation for run in rmr.RUNS}) == len(rmr.RUNS)
     assert all(r["greedy_before"] == pytest.approx(0.765625) for r in results), [r["greedy_before"] for r in results]
@@ -91,10 +97,9 @@ def test_every_kept_run_is_complete_evaluated_and_started_from_the_same_model():
     assert table.count("\n") == 1 + len({run.config for run in rmr.RUNS})
 
 
-def test_the_docs_per_configuration_table_is_the_scripts_output():
+def test_the_docs_per_configuration_table_is_the_scripts_output(kept_results):
     """docs/entropy_control.md quotes `python benchmarks/real_model_runs.py`'s per-configuration table: a run added to
     the registry (or a figure changed) without pasting the new table there fails here."""
-    evals = rmr.evaluation(rmr.EVAL_CSV)
-    table = rmr.per_config([rmr.figures(run, evals) for run in rmr.RUNS])
+    table = rmr.per_config(kept_results)
     docs = (rmr.HERE.parent / "docs" / "entropy_control.md").read_text()
     assert table in docs, "docs/entropy_control.md: paste the per-configuration table printed by real_model_runs.py"
