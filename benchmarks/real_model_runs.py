@@ -10,10 +10,14 @@ Per run, from those two files only:
   run used (vanilla's first five steps, rounded down) - for uncontrolled runs it measures how far the entropy ended
   from where the controllers were asked to hold it;
 * the mean entropy (nats per token) over steps 1-5, 21-40 and 36-40;
+* the share of responses cut at the response-length limit (64 tokens) over steps 21-40, the entropy of truncated
+  answers being part of what the entropy columns average (:func:`cut_share`: verl's ``response_length/clip_ratio``
+  alone is not that share);
 * greedy validation (64 held-out problems) before training and after step 40;
 * avg@32, pass@32 and maj@32 of the step-40 checkpoint;
 
-and, over all runs, Pearson's r between the entropy a run kept (steps 21-40) and each of those three scores.
+and, over all runs, Pearson's r between the entropy a run kept (steps 21-40) and each of those three scores, and
+between that entropy and the share cut.
 
     python benchmarks/real_model_runs.py            # the markdown tables (per run, per configuration)
     python benchmarks/real_model_runs.py --json F   # the figures as JSON
@@ -37,6 +41,11 @@ TARGET = 0.3
 """H*, nats per token: the target of every controlled 40-step run."""
 EVAL_CSV = HERE / "results_real_model_eval.csv"
 GREEDY = "val-core/openai/gsm8k/acc/mean@1"
+CUT = "response_length/clip_ratio"
+"""verl's share of a step's responses as long as the batch's response tensor is wide (see :func:`cut_share`)."""
+LONGEST = "response_length/max"
+RESPONSE_LIMIT = 64
+"""``data.max_response_length`` of every run here (``SCALE=cpu MODEL=smollm2``'s ``MAX_RESPONSE_LENGTH``)."""
 SEED1 = "data.seed=1 actor_rollout_ref.rollout.seed=43 actor_rollout_ref.actor.data_loader_seed=43"
 """The overrides of every "seed 1" run (seed 0: the recipes' defaults)."""
 SEED2 = "data.seed=2 actor_rollout_ref.rollout.seed=44 actor_rollout_ref.actor.data_loader_seed=44"
@@ -140,6 +149,10 @@ def figures(run: RealRun, evals: dict[str, dict[str, float]], root: Path = HERE,
     if run.evaluation not in evals:
         raise ValueError(f"{run.evaluation!r} is not a run of the evaluation CSV; its runs: {sorted(evals)}")
     entropy = {s: r["actor/entropy"] for s, r in rows.items() if "actor/entropy" in r}
+    second_half = range(steps // 2 + 1, steps + 1)
+    missing = [s for s in second_half if CUT not in rows.get(s, {}) or LONGEST not in rows.get(s, {})]
+    if missing:
+        raise ValueError(f"{run.log}: no {CUT} or {LONGEST} at steps {missing}")
     ev = evals[run.evaluation]
     return {
         "config": run.config, "seed": run.seed, "log": run.log,
@@ -147,14 +160,29 @@ def figures(run: RealRun, evals: dict[str, dict[str, float]], root: Path = HERE,
         "entropy_first5": statistics.fmean(entropy[s] for s in range(1, 6)),
         "entropy_second_half": statistics.fmean(entropy[s] for s in range(steps // 2 + 1, steps + 1)),
         "entropy_last5": statistics.fmean(entropy[s] for s in range(steps - 4, steps + 1)),
+        "cut_second_half": statistics.fmean(cut_share(rows[s], RESPONSE_LIMIT) for s in second_half),
         "greedy_before": rows[0][GREEDY], "greedy_after": rows[steps][GREEDY],
         "avg@32": ev["avg@32"], "pass@32": ev["pass@32"], "maj@32": ev["maj@32"],
     }  # fmt: skip
 
 
+def cut_share(step: dict[str, float], limit: int) -> float:
+    """The share of a step's responses cut at ``limit`` tokens, from verl's metrics of that step.
+
+    verl's ``response_length/clip_ratio`` is the share of responses whose length equals the width of the batch's
+    response tensor, and on these runs that tensor is as wide as the step's longest response, not the limit: in a
+    step whose answers are all 13-15 tokens it reads 0.5 (half the answers are 15 tokens long). It is the share cut only
+    in a step whose longest response reached the limit; in any other step no response was cut.
+    """
+    if step[LONGEST] > limit:
+        raise ValueError(f"{LONGEST} {step[LONGEST]} exceeds the limit {limit}: not a run of this length limit")
+    return step[CUT] if step[LONGEST] == limit else 0.0
+
+
 COLUMNS = {
     "gap": "gap to 0.3 (steps 21-40)", "entropy_first5": "entropy, steps 1-5",
     "entropy_second_half": "entropy, steps 21-40", "entropy_last5": "entropy, steps 36-40",
+    "cut_second_half": "cut at the length limit, steps 21-40",
     "greedy_after": "greedy after step 40", "avg@32": "avg@32", "pass@32": "pass@32", "maj@32": "maj@32",
 }
 """The tables' columns: each figure's key and its header."""
@@ -177,10 +205,13 @@ def runs_label(seeds: list[str]) -> str:
     return ("seeds " if len(seeds) > 1 else "seed ") + ", ".join(sorted(seeds))
 
 
-def correlations(results: list[dict[str, Any]]) -> dict[str, float]:
-    """Pearson's r, over all runs, between the entropy a run kept (mean over steps 21-40) and each of its scores."""
+def correlations(
+    results: list[dict[str, Any]], keys: tuple[str, ...] = ("avg@32", "pass@32", "maj@32")
+) -> dict[str, float]:
+    """Pearson's r, over all runs, between the entropy a run kept (mean over steps 21-40) and each figure of
+    ``keys`` (by default its three scores)."""
     kept = [r["entropy_second_half"] for r in results]
-    return {k: statistics.correlation(kept, [r[k] for r in results]) for k in ("avg@32", "pass@32", "maj@32")}
+    return {k: statistics.correlation(kept, [r[k] for r in results]) for k in keys}
 
 
 def per_config(results: list[dict[str, Any]]) -> str:
@@ -200,7 +231,7 @@ def per_config(results: list[dict[str, Any]]) -> str:
 
 
 def _fmt(key: str, value: float) -> str:
-    return f"{value:.2f}" if key == "gap" else f"{value:.3f}"
+    return f"{value:.2f}" if key in ("gap", "cut_second_half") else f"{value:.3f}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -219,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
         r = correlations(results)
         print("\nentropy kept (steps 21-40) against the score, Pearson r over the runs: "
               + ", ".join(f"{k} {v:+.2f}" for k, v in r.items()))
+        cut = correlations(results, ("cut_second_half",))["cut_second_half"]
+        print(f"entropy kept (steps 21-40) against the share cut at the length limit (steps 21-40): r {cut:+.2f}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1) + "\n")
     return 0

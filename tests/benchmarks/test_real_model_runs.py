@@ -23,10 +23,16 @@ def test_gap_is_the_mean_relative_distance_to_the_target_over_the_steps_asked():
         rmr.gap(entropy, 3, 5, target=0.3)
 
 
-def _write(tmp_path: Path, entropies: list[float], greedy: tuple[float, float], last: int = 40) -> Path:
+def _write(
+    tmp_path: Path, entropies: list[float], greedy: tuple[float, float], last: int = 40, cut: list[float] | None = None
+) -> Path:
     log = tmp_path / "run.jsonl"
+    cut = cut or [(0.0, 20)] * last  # (verl's clip_ratio, the step's longest response)
     rows = [{"step": 0, "data": {rmr.GREEDY: greedy[0]}}]
-    rows += [{"step": s, "data": {"actor/entropy": entropies[s - 1]}} for s in range(1, last + 1)]
+    rows += [
+        {"step": s, "data": {"actor/entropy": entropies[s - 1], rmr.CUT: cut[s - 1][0], rmr.LONGEST: cut[s - 1][1]}}
+        for s in range(1, last + 1)
+    ]
     rows[-1]["data"][rmr.GREEDY] = greedy[1]
     log.write_text("".join(json.dumps(r) + "\n" for r in reversed(rows)))  # any order: read by step
     with (tmp_path / "eval.csv").open("w", newline="") as f:
@@ -35,6 +41,14 @@ def _write(tmp_path: Path, entropies: list[float], greedy: tuple[float, float], 
         for metric, mean in (("avg@32", 0.5), ("pass@32", 0.75), ("maj@32", 0.625), ("pass@2", 0.6)):
             w.writerow(["a run, step 40", 40, "openai/gsm8k", 32, 64, metric, mean, 0.0, 1.0])
     return log
+
+
+def test_a_step_cuts_responses_only_when_its_longest_reached_the_limit():
+    # verl's clip_ratio counts the responses as long as the step's longest: the cut share only at the limit
+    assert rmr.cut_share({rmr.CUT: 0.5, rmr.LONGEST: 15}, 64) == 0.0
+    assert rmr.cut_share({rmr.CUT: 0.375, rmr.LONGEST: 64}, 64) == 0.375
+    with pytest.raises(ValueError, match="exceeds the limit 64"):
+        rmr.cut_share({rmr.CUT: 0.5, rmr.LONGEST: 128}, 64)
 
 
 def test_a_configurations_runs_are_named_by_their_seeds():
@@ -52,11 +66,17 @@ def test_correlation_of_entropy_kept_and_scores_is_pearsons_r():
     assert got["avg@32"] == pytest.approx(-0.5)
     assert got["pass@32"] == pytest.approx(1.0)
     assert got["maj@32"] == pytest.approx(-1.0)
+    for run, cut in zip(runs, (0.5, 0.1, 0.3)):
+        run["cut_second_half"] = cut
+    # by hand: cut deviations (2, -2, 0) x 0.1 against (-1, 0, 1): r = -2 / sqrt(2 x 8) = -0.5
+    assert rmr.correlations(runs, ("cut_second_half",)) == {"cut_second_half": pytest.approx(-0.5)}
 
 
 def test_one_runs_figures_come_from_its_log_and_its_evaluation_rows(tmp_path):
     entropies = [0.4] * 5 + [0.2] * 15 + [0.6] * 15 + [0.1] * 5  # steps 1-5, 6-20, 21-35, 36-40
-    _write(tmp_path, entropies, greedy=(0.75, 0.8125))
+    # steps 1-20 do not count; in 31-40 the longest answer (15 tokens) is below the 64-token limit: nothing was cut
+    cut = [(0.9, 64)] * 20 + [(0.25, 64)] * 10 + [(0.5, 15)] * 10
+    _write(tmp_path, entropies, greedy=(0.75, 0.8125), cut=cut)
     run = rmr.RealRun("cfg", "0", "run.jsonl", "a run, step 40")
     got = rmr.figures(run, rmr.evaluation(tmp_path / "eval.csv"), root=tmp_path)
     # steps 21-40: fifteen at |0.6 - 0.3| / 0.3 = 1, five at |0.1 - 0.3| / 0.3 = 2/3
@@ -64,6 +84,7 @@ def test_one_runs_figures_come_from_its_log_and_its_evaluation_rows(tmp_path):
     assert got["entropy_first5"] == pytest.approx(0.4)
     assert got["entropy_second_half"] == pytest.approx((15 * 0.6 + 5 * 0.1) / 20)
     assert got["entropy_last5"] == pytest.approx(0.1)
+    assert got["cut_second_half"] == pytest.approx(10 * 0.25 / 20)
     assert (got["greedy_before"], got["greedy_after"]) == (0.75, 0.8125)
     assert (got["avg@32"], got["pass@32"], got["maj@32"]) == (0.5, 0.75, 0.625)
 
@@ -76,6 +97,14 @@ def test_a_run_that_is_not_in_the_evaluation_or_stopped_early_is_an_error(tmp_pa
     _write(tmp_path, [0.3] * 40, greedy=(0.75, 0.75))
     with pytest.raises(ValueError, match="'another run' is not a run of the evaluation CSV"):
         rmr.figures(rmr.RealRun("cfg", "0", "run.jsonl", "another run"), evals, root=tmp_path)
+    log = tmp_path / "run.jsonl"
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    for row in rows:
+        if row["step"] == 30:
+            del row["data"][rmr.CUT]
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ValueError, match=r"no response_length/clip_ratio or response_length/max at steps \[30\]"):
+        rmr.figures(rmr.RealRun("cfg", "0", "run.jsonl", "a run, step 40"), evals, root=tmp_path)
 
 
 @pytest.fixture(scope="module")
