@@ -171,7 +171,8 @@ def cut_share(step: dict[str, float], limit: int) -> float:
 
     verl's ``response_length/clip_ratio`` is the share of responses whose length equals the width of the batch's
     response tensor, and on these runs that tensor is as wide as the step's longest response, not the limit: in a
-    step whose answers are all 13-15 tokens it reads 0.5 (half the answers are 15 tokens long). It is the share cut only
+    step whose answers are all 13-15 tokens it reads 0.5 (half the answers are 15 tokens long). verl's V1 trainer
+    pads the batch to its longest sample (verl issue #7817, open). It is the share cut only
     in a step whose longest response reached the limit; in any other step no response was cut.
     """
     if step[LONGEST] > limit:
