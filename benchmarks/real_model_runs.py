@@ -11,8 +11,8 @@ Per run, from those two files only:
   from where the controllers were asked to hold it;
 * the mean entropy (nats per token) over steps 1-5, 21-40 and 36-40;
 * the share of responses cut at the response-length limit (64 tokens) over steps 21-40, the entropy of truncated
-  answers being part of what the entropy columns average (:func:`cut_share`: verl's ``response_length/clip_ratio``
-  alone is not that share);
+  answers being part of what the entropy columns average (``verl_ext.analysis.length_limit.cut_share``: on these
+  runs verl's ``response_length/clip_ratio`` alone is not that share, verl#7817);
 * greedy validation (64 held-out problems) before training and after step 40;
 * avg@32, pass@32 and maj@32 of the step-40 checkpoint;
 
@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_ext.analysis.control import relative_gap
+from verl_ext.analysis.length_limit import cut_share
 from verl_ext.demo.runs import read_steps
 
 HERE = Path(__file__).resolve().parent
@@ -42,7 +43,9 @@ TARGET = 0.3
 EVAL_CSV = HERE / "results_real_model_eval.csv"
 GREEDY = "val-core/openai/gsm8k/acc/mean@1"
 CUT = "response_length/clip_ratio"
-"""verl's share of a step's responses as long as the batch's response tensor is wide (see :func:`cut_share`)."""
+"""verl's share of a step's responses as long as the batch's response tensor is wide in the runs logged before
+verl_ext corrected it on the V1 trainer (docs/train.md), the share cut in later ones; ``cut_share`` gives the share
+cut from either."""
 LONGEST = "response_length/max"
 RESPONSE_LIMIT = 64
 """``data.max_response_length`` of every run here (``SCALE=cpu MODEL=smollm2``'s ``MAX_RESPONSE_LENGTH``)."""
@@ -160,24 +163,12 @@ def figures(run: RealRun, evals: dict[str, dict[str, float]], root: Path = HERE,
         "entropy_first5": statistics.fmean(entropy[s] for s in range(1, 6)),
         "entropy_second_half": statistics.fmean(entropy[s] for s in range(steps // 2 + 1, steps + 1)),
         "entropy_last5": statistics.fmean(entropy[s] for s in range(steps - 4, steps + 1)),
-        "cut_second_half": statistics.fmean(cut_share(rows[s], RESPONSE_LIMIT) for s in second_half),
+        "cut_second_half": statistics.fmean(
+            cut_share(rows[s][CUT], rows[s][LONGEST], RESPONSE_LIMIT) for s in second_half
+        ),
         "greedy_before": rows[0][GREEDY], "greedy_after": rows[steps][GREEDY],
         "avg@32": ev["avg@32"], "pass@32": ev["pass@32"], "maj@32": ev["maj@32"],
     }  # fmt: skip
-
-
-def cut_share(step: dict[str, float], limit: int) -> float:
-    """The share of a step's responses cut at ``limit`` tokens, from verl's metrics of that step.
-
-    verl's ``response_length/clip_ratio`` is the share of responses whose length equals the width of the batch's
-    response tensor, and on these runs that tensor is as wide as the step's longest response, not the limit: in a
-    step whose answers are all 13-15 tokens it reads 0.5 (half the answers are 15 tokens long). verl's V1 trainer
-    pads the batch to its longest sample (verl issue #7817, open). It is the share cut only
-    in a step whose longest response reached the limit; in any other step no response was cut.
-    """
-    if step[LONGEST] > limit:
-        raise ValueError(f"{LONGEST} {step[LONGEST]} exceeds the limit {limit}: not a run of this length limit")
-    return step[CUT] if step[LONGEST] == limit else 0.0
 
 
 COLUMNS = {

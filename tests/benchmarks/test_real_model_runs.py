@@ -43,14 +43,6 @@ def _write(
     return log
 
 
-def test_a_step_cuts_responses_only_when_its_longest_reached_the_limit():
-    # verl's clip_ratio counts the responses as long as the step's longest: the cut share only at the limit
-    assert rmr.cut_share({rmr.CUT: 0.5, rmr.LONGEST: 15}, 64) == 0.0
-    assert rmr.cut_share({rmr.CUT: 0.375, rmr.LONGEST: 64}, 64) == 0.375
-    with pytest.raises(ValueError, match="exceeds the limit 64"):
-        rmr.cut_share({rmr.CUT: 0.5, rmr.LONGEST: 128}, 64)
-
-
 def test_a_configurations_runs_are_named_by_their_seeds():
     assert rmr.runs_label(["0"]) == "seed 0"
     assert rmr.runs_label(["1", "0", "2"]) == "seeds 0, 1, 2"

@@ -13,5 +13,5 @@
 
 The entry point (``python -m verl_ext.main_ppo``) picks the trainer; submodules are imported on demand (``v1`` needs
 the ``TransferQueue`` package, ``legacy`` does not). May import: ``verl_ext.config``, ``contract``, ``losses``,
-``registration``, ``cpu`` and ``driver``.
+``registration``, ``cpu``, ``analysis`` (pure metric arithmetic) and ``driver``.
 """

@@ -12,6 +12,10 @@
 * ``_update_actor``: if the advantage step stored no fields for this batch (a trainer whose advantage step does not
   fetch and put through verl's ``trainer_base.tq``), the same fields by a round trip of their own, with a warning.
 * ``_save_checkpoint`` / ``_load_checkpoint``: the autopilot's state goes with verl's checkpoint.
+* ``_compute_metrics``: verl's ``response_length/clip_ratio`` (and its non-aborted and prompt twins) measured
+  against ``data.max_response_length`` / ``data.max_prompt_length``, the truncation rate they are meant to be: V1
+  pads the batch to its longest sample, so verl's value is the share as long as the longest (verl issue #7817;
+  :mod:`verl_ext.analysis.length_limit`). Computed from verl's own step metrics, no pass over the batch.
 * ``_step_once`` / ``_add_prompts_to_generate``: with DAPO's dynamic sampling (``algorithm.filter_groups``) in
   ``sync`` mode, the prompts drawn for one training batch are bounded by
   ``algorithm.filter_groups.max_num_gen_batches`` generation batches (verl's replay buffer refills evicted
@@ -43,6 +47,7 @@ from verl.trainer.main_ppo import TaskRunnerV1
 from verl.trainer.ppo.v1 import trainer_base
 from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
+from verl_ext.analysis.length_limit import CLIP_RATIOS, corrected_clip_ratios
 from verl_ext.registration import ensure_registered
 from verl_ext.driver.mixin import VerlExtDriverMixin
 from verl_ext.trainer.hooks import (
@@ -120,6 +125,15 @@ class VerlExtV1Mixin(VerlExtDriverMixin):
             "responses (all solved or all failed). Raise algorithm.filter_groups.max_num_gen_batches, train on data "
             "of a difficulty the model partly solves, or set algorithm.filter_groups.enable=false"
         )
+
+    def _compute_metrics(self, batch, metrics: dict, timing_raw: dict, global_steps: int, epoch: int):
+        super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
+        data = self.config.data
+        corrected = corrected_clip_ratios(metrics, int(data.max_prompt_length), int(data.max_response_length))
+        metrics.update(corrected)
+        left = sorted(k for k in CLIP_RATIOS if k in metrics and k not in corrected)
+        if left:
+            _note_uncorrected(left)
 
     def _init_resource_pool_mgr(self) -> None:
         super()._init_resource_pool_mgr()
@@ -211,6 +225,20 @@ def _note_round_trip() -> None:
             "_compute_advantage made no TransferQueue fetch and put of the batch through "
             "verl.trainer.ppo.v1.trainer_base.tq); they are fetched and stored by a round trip of their own before "
             "the update (same fields, ~25-35 ms more a step on a CPU box)"
+        )
+
+
+_UNCORRECTED_NOTED: list[bool] = []
+
+
+def _note_uncorrected(keys: list[str]) -> None:
+    """Log once per process that some of verl's length ratios kept verl's value (longest sample above its limit)."""
+    if not _UNCORRECTED_NOTED:
+        _UNCORRECTED_NOTED.append(True)
+        logger.warning(
+            "verl_ext: %s kept verl's value (the share of samples as long as the batch's longest, not the share "
+            "cut at the limit): a sample was longer than data.max_prompt_length / data.max_response_length, or "
+            "the step logged no */max", ", ".join(keys)
         )
 
 
