@@ -121,6 +121,8 @@ RUNS = (
             "Skywork-OR1 (sized for this regime), step 40"),
     RealRun(SKYWORK_REGIME, "1", "results_real_model_skywork_regime_40_seed1.jsonl",
             "Skywork-OR1 (sized for this regime), second seed, step 40"),
+    RealRun(SKYWORK_REGIME, "2", "results_real_model_skywork_regime_40_seed2.jsonl",
+            "Skywork-OR1 (sized for this regime), third seed, step 40"),
     RealRun(ENTROPIC_REGIME, "0", "results_real_model_entropic_regime_40.jsonl", "EntroPIC (Ki 0.1), step 40"),
     RealRun(ENTROPIC_REGIME, "1", "results_real_model_entropic_regime_40_seed1.jsonl",
             "EntroPIC (Ki 0.1), second seed, step 40"),
