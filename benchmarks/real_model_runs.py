@@ -16,8 +16,8 @@ Per run, from those two files only:
 * greedy validation (64 held-out problems) before training and after step 40;
 * avg@32, pass@32 and maj@32 of the step-40 checkpoint;
 
-and, over all runs, Pearson's r between the entropy a run kept (steps 21-40) and each of those three scores, and
-between that entropy and the share cut.
+and, over all runs, Pearson's r between the entropy a run kept (steps 21-40) and each of those three scores, between
+the gap and each score (does tracking the target go with accuracy?), and between the entropy kept and the share cut.
 
     python benchmarks/real_model_runs.py            # the markdown tables (per run, per configuration)
     python benchmarks/real_model_runs.py --json F   # the figures as JSON
@@ -200,12 +200,14 @@ def runs_label(seeds: list[str]) -> str:
 
 
 def correlations(
-    results: list[dict[str, Any]], keys: tuple[str, ...] = ("avg@32", "pass@32", "maj@32")
+    results: list[dict[str, Any]],
+    keys: tuple[str, ...] = ("avg@32", "pass@32", "maj@32"),
+    against: str = "entropy_second_half",
 ) -> dict[str, float]:
-    """Pearson's r, over all runs, between the entropy a run kept (mean over steps 21-40) and each figure of
-    ``keys`` (by default its three scores)."""
-    kept = [r["entropy_second_half"] for r in results]
-    return {k: statistics.correlation(kept, [r[k] for r in results]) for k in keys}
+    """Pearson's r, over all runs, between one figure of a run (``against``: by default the entropy it kept, mean
+    over steps 21-40) and each figure of ``keys`` (by default its three scores)."""
+    xs = [r[against] for r in results]
+    return {k: statistics.correlation(xs, [r[k] for r in results]) for k in keys}
 
 
 def per_config(results: list[dict[str, Any]]) -> str:
@@ -243,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
     if len(results) > 2:
         r = correlations(results)
         print("\nentropy kept (steps 21-40) against the score, Pearson r over the runs: "
+              + ", ".join(f"{k} {v:+.2f}" for k, v in r.items()))
+        r = correlations(results, against="gap")
+        print("gap to the target (steps 21-40) against the score, Pearson r over the runs: "
               + ", ".join(f"{k} {v:+.2f}" for k, v in r.items()))
         cut = correlations(results, ("cut_second_half",))["cut_second_half"]
         print(f"entropy kept (steps 21-40) against the share cut at the length limit (steps 21-40): r {cut:+.2f}")

@@ -62,6 +62,11 @@ def test_correlation_of_entropy_kept_and_scores_is_pearsons_r():
         run["cut_second_half"] = cut
     # by hand: cut deviations (2, -2, 0) x 0.1 against (-1, 0, 1): r = -2 / sqrt(2 x 8) = -0.5
     assert rmr.correlations(runs, ("cut_second_half",)) == {"cut_second_half": pytest.approx(-0.5)}
+    for run, gap in zip(runs, (0.2, 0.4, 0.6)):  # gap deviations (-1, 0, 1) x 0.2: against avg@32 as x was, r = -0.5
+        run["gap"] = gap
+    assert rmr.correlations(runs, ("avg@32",), against="gap") == {"avg@32": pytest.approx(-0.5)}
+    # cut deviations (2, -2, 0) x 0.1 against avg@32's (1, -1, 0) x 0.1: r = 4 / sqrt(8 x 2) = 1
+    assert rmr.correlations(runs, ("avg@32",), against="cut_second_half") == {"avg@32": pytest.approx(1.0)}
 
 
 def test_one_runs_figures_come_from_its_log_and_its_evaluation_rows(tmp_path):
