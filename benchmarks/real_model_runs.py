@@ -113,6 +113,8 @@ RUNS = (
     RealRun("`high_entropy` (top 20 %)", "0", "results_real_model_high_entropy_40.jsonl", "high_entropy, step 40"),
     RealRun("`high_entropy` (top 20 %)", "1", "results_real_model_high_entropy_40_seed1.jsonl",
             "high_entropy, second seed, step 40"),
+    RealRun("`high_entropy` (top 20 %)", "2", "results_real_model_high_entropy_40_seed2.jsonl",
+            "high_entropy, third seed, step 40"),
     RealRun("`entropy_adv` (alpha 0.4, kappa 2)", "0", "results_real_model_entropy_adv_40.jsonl",
             "entropy_adv, step 40"),
     RealRun("`entropy_adv` (alpha 0.4, kappa 2)", "1", "results_real_model_entropy_adv_40_seed1.jsonl",
