@@ -119,6 +119,8 @@ RUNS = (
             "entropy_adv, step 40"),
     RealRun("`entropy_adv` (alpha 0.4, kappa 2)", "1", "results_real_model_entropy_adv_40_seed1.jsonl",
             "entropy_adv, second seed, step 40"),
+    RealRun("`entropy_adv` (alpha 0.4, kappa 2)", "2", "results_real_model_entropy_adv_40_seed2.jsonl",
+            "entropy_adv, third seed, step 40"),
     RealRun(SKYWORK_REGIME, "0", "results_real_model_skywork_regime_40.jsonl",
             "Skywork-OR1 (sized for this regime), step 40"),
     RealRun(SKYWORK_REGIME, "1", "results_real_model_skywork_regime_40_seed1.jsonl",
