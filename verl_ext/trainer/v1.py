@@ -1,6 +1,6 @@
 """verl_ext on verl's V1 trainer (``trainer.use_v1=true``, the default; needs the ``TransferQueue`` package).
 
-:class:`VerlExtV1Mixin` overrides five small methods of verl's V1 ``PPOTrainer`` and keeps its loops:
+:class:`VerlExtV1Mixin` overrides small methods of verl's V1 ``PPOTrainer`` and keeps its loops:
 
 * ``_init_resource_pool_mgr``: the actor role runs verl_ext's worker (:mod:`verl_ext.trainer.workers`).
 * ``_compute_advantage``: the fields verl_ext adds before the update are computed over the whole training batch
