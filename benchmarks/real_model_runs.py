@@ -130,6 +130,8 @@ RUNS = (
     RealRun(ENTROPIC_REGIME, "0", "results_real_model_entropic_regime_40.jsonl", "EntroPIC (Ki 0.1), step 40"),
     RealRun(ENTROPIC_REGIME, "1", "results_real_model_entropic_regime_40_seed1.jsonl",
             "EntroPIC (Ki 0.1), second seed, step 40"),
+    RealRun(ENTROPIC_REGIME, "2", "results_real_model_entropic_regime_40_seed2.jsonl",
+            "EntroPIC (Ki 0.1), third seed, step 40"),
 )  # fmt: skip
 
 
