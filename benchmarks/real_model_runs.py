@@ -169,7 +169,7 @@ def figures(run: RealRun, evals: dict[str, dict[str, float]], root: Path = HERE,
         "config": run.config, "seed": run.seed, "log": run.log,
         "gap": gap(entropy, steps // 2 + 1, steps),
         "entropy_first5": statistics.fmean(entropy[s] for s in range(1, 6)),
-        "entropy_second_half": statistics.fmean(entropy[s] for s in range(steps // 2 + 1, steps + 1)),
+        "entropy_second_half": statistics.fmean(entropy[s] for s in second_half),
         "entropy_last5": statistics.fmean(entropy[s] for s in range(steps - 4, steps + 1)),
         "cut_second_half": statistics.fmean(
             cut_share(rows[s][CUT], rows[s][LONGEST], RESPONSE_LIMIT) for s in second_half

@@ -24,7 +24,11 @@ def test_gap_is_the_mean_relative_distance_to_the_target_over_the_steps_asked():
 
 
 def _write(
-    tmp_path: Path, entropies: list[float], greedy: tuple[float, float], last: int = 40, cut: list[float] | None = None
+    tmp_path: Path,
+    entropies: list[float],
+    greedy: tuple[float, float],
+    last: int = 40,
+    cut: list[tuple[float, float]] | None = None,
 ) -> Path:
     log = tmp_path / "run.jsonl"
     cut = cut or [(0.0, 20)] * last  # (verl's clip_ratio, the step's longest response)

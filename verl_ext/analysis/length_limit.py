@@ -50,10 +50,10 @@ def corrected_clip_ratios(metrics: Mapping[str, float], max_prompt_length: int, 
     for key, (longest_key, kind) in CLIP_RATIOS.items():
         if key not in metrics or longest_key not in metrics:
             continue
-        longest = float(metrics[longest_key])
-        if not math.isnan(longest) and longest > limits[kind]:
+        try:
+            out[key] = cut_share(float(metrics[key]), float(metrics[longest_key]), limits[kind])
+        except ValueError:  # a sample longer than its limit: cut_share cannot say
             continue
-        out[key] = cut_share(float(metrics[key]), longest, limits[kind])
     return out
 
 
