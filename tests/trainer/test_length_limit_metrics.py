@@ -83,7 +83,7 @@ def test_a_ratio_that_cannot_be_corrected_keeps_verls_value_and_says_so(caplog):
     metrics = {"response_length/clip_ratio": 0.5, "response_length/max": 15.0,
                "prompt_length/clip_ratio": 0.25, "prompt_length/max": 40.0}  # a prompt above max_prompt_length 32
     assert corrected_clip_ratios(metrics, MAX_PROMPT, MAX_RESPONSE) == {"response_length/clip_ratio": 0.0}
-    v1._UNCORRECTED_NOTED.clear()
+    v1._WARNED.discard("uncorrected_clip_ratio")
     with caplog.at_level(logging.WARNING, logger=v1.__name__):
         _, out = _metrics_through_the_mixin([40, 10], [15, 12])
     assert out["prompt_length/clip_ratio"] == pytest.approx(0.5) and out["response_length/clip_ratio"] == 0.0

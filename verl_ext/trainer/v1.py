@@ -133,7 +133,12 @@ class VerlExtV1Mixin(VerlExtDriverMixin):
         metrics.update(corrected)
         left = sorted(k for k in CLIP_RATIOS if k in metrics and k not in corrected)
         if left:
-            _note_uncorrected(left)
+            _warn_once(
+                "uncorrected_clip_ratio",
+                "verl_ext: %s kept verl's value (the share of samples as long as the batch's longest, not the share "
+                "cut at the limit): a sample was longer than data.max_prompt_length / data.max_response_length, or "
+                "the step logged no */max", ", ".join(left),
+            )
 
     def _init_resource_pool_mgr(self) -> None:
         super()._init_resource_pool_mgr()
@@ -199,7 +204,13 @@ class VerlExtV1Mixin(VerlExtDriverMixin):
 
     def _update_actor(self, batch, metrics: dict):
         if self._verl_ext_adds_fields() and self._verl_ext_stored_keys != list(batch.keys):
-            _note_round_trip()
+            _warn_once(
+                "round_trip",
+                "verl_ext: this batch's verl_ext fields were not stored with verl's advantage put (the trainer's "
+                "_compute_advantage made no TransferQueue fetch and put of the batch through "
+                "verl.trainer.ppo.v1.trainer_base.tq); they are fetched and stored by a round trip of their own "
+                "before the update (same fields, ~25-35 ms more a step on a CPU box)",
+            )
             start = time.perf_counter()
             data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
                                    select_fields=self._verl_ext_inputs())  # fmt: skip
@@ -213,33 +224,15 @@ class VerlExtV1Mixin(VerlExtDriverMixin):
         return super()._update_actor(batch, metrics)
 
 
-_ROUND_TRIP_NOTED: list[bool] = []
+_WARNED: set[str] = set()
+"""The one-time warnings of this process already logged, by name."""
 
 
-def _note_round_trip() -> None:
-    """Log once per process that verl_ext's fields took their own TransferQueue round trip before the update."""
-    if not _ROUND_TRIP_NOTED:
-        _ROUND_TRIP_NOTED.append(True)
-        logger.warning(
-            "verl_ext: this batch's verl_ext fields were not stored with verl's advantage put (the trainer's "
-            "_compute_advantage made no TransferQueue fetch and put of the batch through "
-            "verl.trainer.ppo.v1.trainer_base.tq); they are fetched and stored by a round trip of their own before "
-            "the update (same fields, ~25-35 ms more a step on a CPU box)"
-        )
-
-
-_UNCORRECTED_NOTED: list[bool] = []
-
-
-def _note_uncorrected(keys: list[str]) -> None:
-    """Log once per process that some of verl's length ratios kept verl's value (longest sample above its limit)."""
-    if not _UNCORRECTED_NOTED:
-        _UNCORRECTED_NOTED.append(True)
-        logger.warning(
-            "verl_ext: %s kept verl's value (the share of samples as long as the batch's longest, not the share "
-            "cut at the limit): a sample was longer than data.max_prompt_length / data.max_response_length, or "
-            "the step logged no */max", ", ".join(keys)
-        )
+def _warn_once(name: str, message: str, *args: Any) -> None:
+    """``logger.warning(message, *args)`` the first time ``name`` is warned in this process only."""
+    if name not in _WARNED:
+        _WARNED.add(name)
+        logger.warning(message, *args)
 
 
 @functools.lru_cache(maxsize=None)
