@@ -104,6 +104,8 @@ RUNS = (
             "Skywork-OR1 (their values), step 40"),
     RealRun("Skywork-OR1 x entropy coefficient (their values)", "1", "results_real_model_skywork_40_seed1.jsonl",
             "Skywork-OR1 (their values), second seed, step 40"),
+    RealRun("Skywork-OR1 x entropy coefficient (their values)", "2", "results_real_model_skywork_40_seed2.jsonl",
+            "Skywork-OR1 (their values), third seed, step 40"),
     RealRun("EntroPIC x pos_weight (their gains, Kp 1, Ki 0.01)", "0", "results_real_model_entropic_40.jsonl",
             "EntroPIC (their gains), step 40"),
     RealRun("EntroPIC x pos_weight (their gains, Kp 1, Ki 0.01)", "1", "results_real_model_entropic_40_seed1.jsonl",
