@@ -134,6 +134,8 @@ RUNS = (
             "EntroPIC (Ki 0.1), second seed, step 40"),
     RealRun(ENTROPIC_REGIME, "2", "results_real_model_entropic_regime_40_seed2.jsonl",
             "EntroPIC (Ki 0.1), third seed, step 40"),
+    RealRun("EntroPIC x entropy coefficient (their gains, coefficient max 0.1)", "0",
+            "results_real_model_entropic_coef_40.jsonl", "EntroPIC on the entropy coefficient, step 40"),
 )  # fmt: skip
 
 
