@@ -431,3 +431,40 @@ def test_pos_weight_term_is_entropics_formula(alpha, by_high_prob):
     torch.testing.assert_close(with_term[1] - base[1], want_grad, rtol=1e-10, atol=1e-14)
     assert abs(want.item()) > 1e-2  # the term changes the loss: deleting it from the actor loss fails this test
     assert metric_value(with_term[3]["actor/entropic/term"]) == pytest.approx(want.item(), rel=1e-10)
+
+
+@pytest.mark.parametrize(("actuator", "fields", "missing"),
+                         [("entropy_coef", {}, "entropy_coef"), ("pos_weight", {}, "pos_weight"),
+                          ("pos_weight", {"pos_weight": 0.5}, "pos_weight_norm")])  # fmt: skip
+def test_a_loss_side_actuators_missing_field_is_an_error_when_the_autopilot_drives_it(actuator, fields, missing):
+    """The loss applies an actuator's term only when its batch field is there; with the autopilot on that actuator
+    (the actor keys interpolated from verl_ext.entropy_control), a batch without it is an error naming the field and
+    the actuator instead of a term silently dropped. Off, or on cov_ratio, the same batch is fine."""
+    from verl_ext.trainer.actor_loss import ppo_loss
+
+    extra = {k: torch.full((4, 6), v, dtype=torch.float32) for k, v in fields.items()}
+    data, flat, entropy, _ = fixture(seed=6, extra=extra)
+    on = actor_config(entropy_control_enable=True, entropy_control_actuator=actuator)
+    with pytest.raises(ValueError) as info:
+        run_both(ppo_loss, on, data, flat, entropy)
+    assert f"no {missing!r} field" in str(info.value) and f"actuator={actuator}" in str(info.value)
+    for fine in (actor_config(entropy_control_enable=False, entropy_control_actuator=actuator),
+                 actor_config(entropy_control_enable=True, entropy_control_actuator="cov_ratio")):  # fmt: skip
+        run_both(ppo_loss, fine, data, flat, entropy)
+    complete = {"entropy_coef": {"entropy_coef": 0.01}, "pos_weight": {"pos_weight": 0.5, "pos_weight_norm": 1.0}}
+    data, flat, entropy, _ = fixture(seed=6, extra={k: torch.full((4, 6), v, dtype=torch.float32)
+                                                    for k, v in complete[actuator].items()})  # fmt: skip
+    run_both(ppo_loss, on, data, flat, entropy)
+
+
+def test_the_actor_config_carries_the_autopilots_switch_and_actuator(compose):
+    """configs/verl_ext_trainer.yaml copies verl_ext.entropy_control.enable / .actuator into the actor node, so that
+    the loss in the worker knows which field to expect."""
+    from verl.utils.config import omega_conf_to_dataclass
+
+    on = compose("verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.actuator=entropy_coef",
+                 "verl_ext.entropy_control.controller=skywork")  # fmt: skip
+    actor = omega_conf_to_dataclass(on.actor_rollout_ref.actor)
+    assert (actor.entropy_control_enable, actor.entropy_control_actuator) == (True, "entropy_coef")
+    off = omega_conf_to_dataclass(compose().actor_rollout_ref.actor)
+    assert off.entropy_control_enable is False

@@ -28,7 +28,8 @@ class FakeStore:
 
     def kv_batch_put(self, keys, partition_id, fields=None, tags=None):
         self.calls.append(("put", list(keys), partition_id, sorted(fields.keys()) if fields is not None else None))
-        return "meta"
+        # TransferQueue returns a KVBatchMeta whose ``fields`` lists every field stored for the keys
+        return types.SimpleNamespace(fields=sorted({*self.data.keys(), *(fields.keys() if fields is not None else ())}))
 
     other = "passed through"
 
@@ -52,7 +53,7 @@ def test_extra_fields_ride_on_verl_fetch_and_put():
 
     with with_advantage_store(module, KEYS, "train", ["responses", "entropy"], compute) as proxy:
         assert module.tq.other == "passed through"
-        assert verl_like_advantage(module) == "meta"
+        assert "cov_selected" in verl_like_advantage(module).fields  # the meta verl hands to the update
     assert module.tq is store and proxy.stored
     assert store.calls == [("get", KEYS, "train", ["x", "values", "responses", "entropy"]),
                            ("put", KEYS, "train", ["advantages", "cov_selected"])]  # fmt: skip
@@ -85,3 +86,26 @@ def test_store_restored_when_verl_raises():
         with with_advantage_store(module, KEYS, "train", [], lambda f, s: s):
             raise RuntimeError("boom")
     assert module.tq is store
+
+
+class ForgetfulStore(FakeStore):
+    """A store whose put returns a meta without the fields it was given (the meta of the batch before the put)."""
+
+    def kv_batch_put(self, keys, partition_id, fields=None, tags=None):
+        super().kv_batch_put(keys, partition_id, fields, tags)
+        return types.SimpleNamespace(fields=sorted(self.data.keys()))
+
+
+def test_a_returned_meta_without_the_added_fields_is_an_error_naming_verls_method():
+    """verl's advantage step hands the put's returned meta to the actor update, which reads the batch by it: a meta
+    without verl_ext's fields would run the update without them, so the proxy fails naming verl's method and the
+    lost field."""
+    from verl_ext.trainer.advantage_store import VERL_METHOD
+
+    module = types.SimpleNamespace(tq=ForgetfulStore())
+    added = lambda fetched, stored: TensorDict({"entropy_coef": torch.zeros(2, 3)}, batch_size=2)  # noqa: E731
+    with pytest.raises(RuntimeError) as info:
+        with with_advantage_store(module, KEYS, "train", ["responses"], added) as proxy:
+            verl_like_advantage(module)
+    assert VERL_METHOD in str(info.value) and "['entropy_coef']" in str(info.value)
+    assert VERL_METHOD.endswith("PPOTrainer._compute_advantage") and not proxy.stored

@@ -125,6 +125,25 @@ def test_pi_takes_a_limited_steps_error_out_of_the_integral_only_when_it_pushed_
     assert metrics["entropy_control/saturated"] == 1.0
 
 
+def test_a_second_update_of_one_step_is_an_error_naming_the_step():
+    """The controller updates once per training step: a second update of a step (or an earlier step) would integrate
+    its error twice, so it is an error naming the step; a resumed controller continues after the loaded step."""
+    cfg = EntropyControlConfig(enable=True, target=1.0, ratio_min=0.01, ratio_max=0.5, kp=1.0, ki=0.5)
+    controller = EntropyController(cfg, ratio_init=0.1)
+    controller.update(3, 0.8)
+    integral = controller.state.integral
+    for step in (3, 2):
+        with pytest.raises(RuntimeError, match=f"update for step {step} after the update of step 3"):
+            controller.update(step, 0.8)
+    assert controller.state.integral == integral  # the refused update changed nothing
+    controller.update(4, 0.8)
+    resumed = EntropyController(cfg, ratio_init=0.1)
+    resumed.load_state_dict(controller.state_dict())
+    with pytest.raises(RuntimeError, match="update for step 4 after the update of step 4"):
+        resumed.update(4, 0.8)
+    resumed.update(5, 0.8)
+
+
 def test_state_round_trip_continues_identically():
     cfg = EntropyControlConfig(enable=True, target=1.2, ratio_max=0.3)
     whole = EntropyController(cfg, 0.02)

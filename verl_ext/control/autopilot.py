@@ -256,6 +256,8 @@ class EntropyController:
                                       f"ratio_max] = [{config.ratio_min}, {config.ratio_max}]: set verl_ext.entropy_control."
                                       "ratio_init or widen the bounds")  # fmt: skip
         self.controller: Controller = make_controller(config.controller, config)
+        self.last_step: int | None = None
+        """The step of the last :meth:`update` (or of the loaded state); a second update of it is an error."""
 
     @property
     def state(self):
@@ -273,7 +275,12 @@ class EntropyController:
         """The actuator's value for step ``step`` given the batch's measured per-token ``entropy``, and the step's
         metrics (``entropy_control/*``). ``mini_batches``: the step's optimiser mini-batches (``ppo_epochs x`` the
         training batch's mini-batches), the number of integrations of ``entropic`` with ``entropic_integral_per=
-        mini_batch``; the other controllers ignore it."""
+        mini_batch``; the other controllers ignore it. Steps must increase: a second update of one step (or of an
+        earlier one) is an error naming it, since it would integrate the step's error twice."""
+        if self.last_step is not None and step <= self.last_step:
+            raise RuntimeError(f"verl_ext entropy autopilot: update for step {step} after the update of step "
+                               f"{self.last_step}: the controller updates once per training step (a second update of "
+                               "a step would count its error twice)")  # fmt: skip
         target = target_at(self.config, step, self.total_steps)
         metrics_extra: dict[str, float] = {}
         if self.controller.name == "entropic":
@@ -283,6 +290,7 @@ class EntropyController:
         else:
             decided = self.controller.step(target, float(entropy), self.actuator)
         self.controller.state.step = int(step)
+        self.last_step = int(step)
         metrics = {
             CONTROL_TARGET: target,
             CONTROL_ENTROPY: float(entropy),
@@ -321,6 +329,7 @@ class EntropyController:
                                              f"actuator={saved[1]}; this run is controller={mine[0]}, actuator={mine[1]}: "
                                              "resume with the same pair, or start a fresh run")  # fmt: skip
         self.controller.state = type(self.controller.state)(**state)
+        self.last_step = int(self.controller.state.step) or None
 
 
 __all__ = [

@@ -1,4 +1,7 @@
-"""verl_ext's actor dataclass: verl's ``FSDPActorConfig`` plus the KL-clipping keys (see :mod:`verl_ext.losses.kl_clip`).
+"""verl_ext's actor dataclass: verl's ``FSDPActorConfig`` plus the KL-clipping keys (see :mod:`verl_ext.losses.kl_clip`)
+and the entropy autopilot's switch and actuator as the actor loss sees them (``entropy_control_enable``,
+``entropy_control_actuator``: interpolated from ``verl_ext.entropy_control`` by ``configs/verl_ext_trainer.yaml``, so
+that a loss-side actuator's missing batch field is an error in :mod:`verl_ext.trainer.actor_loss`).
 
 Hydra builds it for ``actor_rollout_ref.actor`` because ``configs/verl_ext_trainer.yaml`` sets the node's
 ``_target_`` to ``verl_ext.trainer.actor_config.FSDPActorConfig``; verl's FSDP / FSDP2 engines take it wherever they
@@ -33,6 +36,14 @@ class FSDPActorConfig(VerlFSDPActorConfig):
     use_per_token_kl_threshold: bool = True
     """``True``: ``kl_clip_threshold`` is a per-token budget, scaled by each sequence's valid length, so long
     and short responses get the same per-token allowance. ``False``: one budget per sequence."""
+
+    entropy_control_enable: bool = False
+    """Whether the entropy autopilot is on (``verl_ext.entropy_control.enable``; interpolated, not set by hand)."""
+
+    entropy_control_actuator: str | None = None
+    """The autopilot's actuator (``verl_ext.entropy_control.actuator``; interpolated, not set by hand). With the
+    autopilot on and a loss-side actuator (``entropy_coef``, ``pos_weight``), an update batch without its field is an
+    error: the term would otherwise be dropped while the driver logs the value as applied."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

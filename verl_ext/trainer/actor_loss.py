@@ -28,6 +28,8 @@ What verl_ext adds:
   :mod:`verl_ext.losses.entropic`, normalised by the micro-batch's high-probability tokens as EntroPIC's code does
   when the batch field ``pos_weight_norm`` is 1: :func:`high_prob_normaliser`). Each logs what it changed the loss
   by (``actor/entropy_control/loss_change``, ``actor/entropic/loss_change``), measured on the loss tensor itself.
+  With the autopilot on with one of them (the actor keys ``entropy_control_enable`` / ``entropy_control_actuator``),
+  a batch without its field is an error (:func:`check_actuator_field`), not a term silently left out.
 * KL clipping (:mod:`verl_ext.losses.kl_clip`) with metrics ``actor/kl_clip/{raw_kl,clipped_kl,frac_above}``.
 
 Why not a wrapper around verl's ``ppo_loss``: that function looks up the policy loss and calls it with a
@@ -53,8 +55,8 @@ from verl_ext.contract import ENTROPY_COEF, HIGH_ENTROPY_WEIGHT, POS_WEIGHT, POS
 from verl_ext.losses import CURRENT_ENTROPY_LOSSES, TOKEN_MEAN_METRICS
 from verl_ext.losses.entropic import HIGH_PROB_THRESHOLD, entropic_term
 from verl_ext.losses.kl_clip import clipped_kl_matrix
-from verl_ext.trainer.hooks import (COV_SELECTED, OLD_ENTROPY, needs_batch_selection, needs_entropy_selection,
-                                   needs_old_entropy)
+from verl_ext.trainer.hooks import (ACTUATOR_FIELDS, COV_SELECTED, OLD_ENTROPY, needs_batch_selection,
+                                   needs_entropy_selection, needs_old_entropy)
 
 BASE_FIELDS = ("response_mask", "old_log_probs", "advantages")
 OPTIONAL_FIELDS = ("rollout_is_weights", "ref_log_prob", OLD_ENTROPY, COV_SELECTED, HIGH_ENTROPY_WEIGHT,
@@ -133,6 +135,26 @@ def policy_loss_extras(config: Any, batch: TensorDict, entropy: torch.Tensor | N
     return extras
 
 
+def check_actuator_field(config: Any, fields: Any) -> None:
+    """With the entropy autopilot on and a loss-side actuator (the actor keys ``entropy_control_enable`` /
+    ``entropy_control_actuator``, copies of ``verl_ext.entropy_control.enable`` / ``.actuator``), the update batch must
+    carry the actuator's field (``entropy_coef`` / ``pos_weight``, and ``pos_weight_norm`` with it): the loss applies
+    the term only when the field is there, so a field lost on the way would drop the term silently while the driver
+    logs the value as applied. Raises ``ValueError`` naming the field and the actuator."""
+    if not config.get("entropy_control_enable", False):
+        return
+    actuator = config.get("entropy_control_actuator", None)
+    wanted = {ENTROPY_COEF: (ENTROPY_COEF,), POS_WEIGHT: (POS_WEIGHT, POS_WEIGHT_NORM)}.get(ACTUATOR_FIELDS.get(actuator))
+    missing = [f for f in wanted or () if f not in fields]
+    if missing:
+        raise ValueError(
+            f"verl_ext: the entropy autopilot is on with actuator={actuator}, but this update batch has no "
+            f"{missing[0]!r} field, which carries the actuator's value to the loss: without it the term would be "
+            "dropped while the driver logs the value as applied. verl_ext's trainer adds it before each update "
+            "(verl_ext.trainer.hooks.update_fields); a trainer or verl version that drops it from the batch must keep it"
+        )
+
+
 def high_prob_normaliser(log_prob: torch.Tensor, mask: torch.Tensor, by_high_prob: torch.Tensor) -> torch.Tensor:
     """EntroPIC's normalisation of its term (``weight_norm=high_prob``): ``N / N_hp`` of this micro-batch (its valid
     tokens over its high-probability ones, ``pi > 0.95`` under the current policy), which turns the term's verl
@@ -175,6 +197,7 @@ def ppo_loss(config: Any, model_output: Any, data: TensorDict, dp_group: Any = N
         entropy = no_padding_2_padding(entropy, data)
     aggregation = _set_global_batch_info(config, data)
 
+    check_actuator_field(config, data.keys())
     fields = [*BASE_FIELDS, *(k for k in OPTIONAL_FIELDS if k in data.keys())]
     batch = data.select(*fields).to_padded_tensor()
     response_mask = batch["response_mask"].to(bool)
@@ -242,4 +265,4 @@ def ppo_loss(config: Any, model_output: Any, data: TensorDict, dp_group: Any = N
     return policy_loss, metrics
 
 
-__all__ = ["high_prob_normaliser", "kl_loss", "policy_loss_extras", "policy_metrics", "ppo_loss"]
+__all__ = ["check_actuator_field", "high_prob_normaliser", "kl_loss", "policy_loss_extras", "policy_metrics", "ppo_loss"]

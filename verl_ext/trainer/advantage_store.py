@@ -16,7 +16,9 @@ partition) also fetches the extra fields (verl's code receives only the fields i
 attribute, goes to TransferQueue unchanged. Wrapping rather than re-writing verl's ~60-line method keeps its KL
 penalty, rollout correction and estimator dispatch verl's own; if a verl version makes the calls differently, the
 proxy sees no matching fetch/put, :attr:`AdvantageStoreProxy.stored` stays false and the caller falls back to its
-own round trip.
+own round trip. The put's returned batch meta (``KVBatchMeta.fields``), which verl's method hands to the actor update,
+must list the fields verl_ext added; when it does not, the proxy raises naming verl's method (the update would
+otherwise read the batch without them).
 
 Imports ``tensordict`` only; the store module it wraps is passed in (``verl_ext.trainer.v1`` passes verl's
 ``trainer_base``), so the fast tests use a fake one without TransferQueue.
@@ -30,6 +32,9 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from tensordict import TensorDict
+
+VERL_METHOD = "verl.trainer.ppo.v1.trainer_base.PPOTrainer._compute_advantage"
+"""The verl method whose TransferQueue fetch and put the proxy joins, named in its errors."""
 
 FieldsFn = Callable[[TensorDict, TensorDict], TensorDict]
 """``compute(fetched, stored)``: the fields to store alongside verl's advantage put. ``fetched`` is verl's fetch plus
@@ -76,6 +81,15 @@ class AdvantageStoreProxy:
         merged = fields.clone(recurse=False)
         merged.update(added)
         result = self._tq.kv_batch_put(keys=keys, partition_id=partition_id, fields=merged, **kwargs)
+        returned = getattr(result, "fields", None)
+        lost = [f for f in added.keys() if returned is None or f not in returned]
+        if lost:
+            raise RuntimeError(
+                f"verl_ext: TransferQueue's kv_batch_put inside verl's {VERL_METHOD} returned a batch meta whose fields "
+                f"({returned!r}) lack {lost}, which verl_ext stored with verl's advantage put: the actor update reads "
+                f"the batch by that meta and would run without them (an actuator's term or a selection silently "
+                "dropped). This verl / TransferQueue version returns another meta than the one it put"
+            )
         self.stored = True
         return result
 
@@ -94,4 +108,4 @@ def with_advantage_store(module: Any, keys: Sequence[str], partition_id: str, ex
         module.tq = original
 
 
-__all__ = ["AdvantageStoreProxy", "FieldsFn", "with_advantage_store"]
+__all__ = ["AdvantageStoreProxy", "FieldsFn", "VERL_METHOD", "with_advantage_store"]
