@@ -35,6 +35,10 @@ def test_tracking_error_over_the_second_half_and_the_ratio_panel(tmp_path, capsy
     expected = sum(abs(r["entropy_control/entropy"] - 2.0) / 2.0 for r in late) / len(late)
     saturated = sum(r["entropy_control/saturated"] for r in late) / len(late)
     assert f"mean |H - H*| / H* = {expected:.1%}" in printed
+    geo = math.exp(sum(math.log(r["entropy_control/entropy"] / 2.0) for r in late) / len(late))
+    blocks = [math.exp(sum(math.log(r["entropy_control/entropy"] / 2.0) for r in late[i:i + 5]) / 5) for i in (0, 5)]
+    assert f"bias |geomean(H / H*) - 1| = {geo - 1:.1%}" in printed
+    assert f"gap on 5-step blocks = {sum(b - 1 for b in blocks) / 2:.1%}" in printed
     assert f"final actuator value 0.1, on a bound in {saturated:.0%} of the steps" in printed
     assert out_png.stat().st_size > 10_000
 
@@ -69,3 +73,62 @@ def test_relative_gap_is_the_mean_absolute_relative_distance_to_the_target():
     assert relative_gap([0.15, 2.0], [0.3, 1.0]) == pytest.approx(0.75)
     with pytest.raises(ValueError, match="no steps"):
         relative_gap([], 0.3)
+
+
+def test_bias_is_the_geometric_mean_ratio_to_the_target():
+    from verl_ext.analysis.control import bias
+
+    # by hand: sqrt(0.15 * 0.6) = 0.3 -> 0 (noise symmetric in log H cancels); sqrt(0.25 * 0.64) = 0.4 -> |0.8 - 1|
+    assert bias([0.15, 0.6], 0.3) == pytest.approx(0.0, abs=1e-12)
+    assert bias([0.25, 0.64], 0.5) == pytest.approx(0.2)
+    assert bias([0.6, 0.6], 0.3) == pytest.approx(1.0)
+    assert bias([0.3, 2.0], [0.6, 1.0]) == pytest.approx(0.0, abs=1e-12)  # per-step targets: sqrt(0.5 * 2) = 1
+    from verl_ext.analysis.control import relative_gap
+
+    assert relative_gap([0.15, 0.6], 0.3) == pytest.approx(0.75)  # the per-step gap of the same steps: its floor
+    with pytest.raises(ValueError, match="no steps"):
+        bias([], 0.3)
+
+
+def test_block_gap_is_the_mean_over_5_step_blocks_of_each_blocks_geometric_mean_gap():
+    from verl_ext.analysis.control import block_gap
+
+    # block 1: five steps at 0.6 -> |2 - 1| = 1; block 2: 0.15 0.6 0.15 0.6 0.3 -> (0.09^2 0.3)^(1/5) = 0.3 -> 0
+    steps = [0.6] * 5 + [0.15, 0.6, 0.15, 0.6, 0.3]
+    assert block_gap(steps, 0.3) == pytest.approx(0.5)
+    assert block_gap(steps + [3.0, 3.0], 0.3) == pytest.approx(0.5)  # a last block shorter than 5 is left out
+    assert block_gap([0.2, 0.8], 0.4, block=2) == pytest.approx(0.0, abs=1e-12)
+    with pytest.raises(ValueError, match="make no block of 5"):
+        block_gap([0.3] * 4, 0.3)
+
+
+def test_bound_share_counts_the_steps_on_either_bound():
+    from verl_ext.analysis.control import bound_share
+
+    assert bound_share([0.0, 0.0025, 0.005, 0.005], 0.0, 0.005) == pytest.approx(0.75)
+    assert bound_share([0.1, 0.2], 0.0, 1.0) == 0.0
+
+
+def test_the_noise_sigma_is_the_negative_lag1_autocovariance_of_the_log_differences():
+    from verl_ext.analysis.control import log_noise_sigma
+
+    # log H = 0, a, 0, a, 0: differences a, -a, a, -a (mean 0); acov_1 = 3 (-a^2) / 4, so sigma = a sqrt(3/4)
+    a = 0.2
+    assert log_noise_sigma([1.0, math.exp(a), 1.0, math.exp(a), 1.0]) == pytest.approx(a * math.sqrt(0.75))
+    assert log_noise_sigma([math.exp(-0.1 * t) for t in range(10)]) == 0.0  # a steady drift is not noise
+
+
+def test_the_gap_noise_floor_is_the_per_step_gap_of_an_entropy_held_on_target():
+    """E|exp(v) - 1| for v ~ N(0, sigma^2), checked by quadrature; ~0.42 at the real model's sigma 0.49."""
+    import numpy as np
+
+    from verl_ext.analysis.control import gap_noise_floor
+
+    assert gap_noise_floor(0.0) == 0.0
+    for sigma in (0.004, 0.1, 0.49, 1.0):
+        v = np.linspace(-12 * sigma, 12 * sigma, 200_001)
+        density = np.exp(-v**2 / (2 * sigma**2)) / (sigma * math.sqrt(2 * math.pi))
+        quadrature = float(np.sum(np.abs(np.exp(v) - 1) * density) * (v[1] - v[0]))
+        assert gap_noise_floor(sigma) == pytest.approx(quadrature, rel=1e-6), sigma
+    assert gap_noise_floor(0.004) == pytest.approx(0.004 * math.sqrt(2 / math.pi), rel=1e-3)
+    assert 0.42 < gap_noise_floor(0.49) < 0.43
