@@ -1,2 +1,4 @@
-"""The launch scripts (bash), shipped inside the package as ``verl_ext.recipe`` so that an installed verl_ext can run
-them (``python -m verl_ext.demo`` runs ``cpu_tiny.sh``). Run them with ``bash``; nothing here is Python."""
+"""The recipes, shipped inside the package as ``verl_ext.recipe`` so that an installed verl_ext can run them
+(``python -m verl_ext.demo`` runs ``cpu_tiny.sh``): each ``<name>.yaml`` is a Hydra composition holding every setting
+of one recipe, and ``<name>.sh`` launches it (``launch.sh``: SCALE, MODEL, DRY_RUN, PRINT_CMD). Nothing here is
+Python."""

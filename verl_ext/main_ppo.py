@@ -16,6 +16,11 @@ see :mod:`verl_ext.checks.dry_run`), and runs verl's own ``run_ppo`` with verl_e
 
 ``verl_ext.dry_run=true`` stops after validation: it prints a summary and exits 0, or exits 2 naming the
 bad key, without starting Ray.
+
+A recipe (``recipe/<name>.yaml``, launched by ``recipe/<name>.sh`` with ``--config-path``/``--config-name``) reads
+environment variables through verl_ext's resolvers (:mod:`verl_ext.checks.recipe_env`, registered on import): the
+config is resolved first, and a bad value exits 2 naming the variable. Then :mod:`verl_ext.checks.recipe_startup`
+prints what a CPU scale changes, builds the CPU recipes' assets where missing and sends wandb offline without a key.
 """
 
 from __future__ import annotations
@@ -29,9 +34,12 @@ from omegaconf import DictConfig, OmegaConf
 from verl_ext.cpu import mode as cpu_mode
 from verl_ext.cpu import openmp as cpu_openmp
 from verl_ext.cpu.workarounds import keep_local_ray_on_loopback, private_ray_token_file
+from verl_ext.checks import recipe_env, recipe_startup
 from verl_ext.checks.dry_run import dry_run, error_line, validate
 from verl_ext.registration import ensure_registered
 from verl_ext.checks.validation import ConfigError
+
+recipe_env.register()
 
 CONFIG_PATH = "pkg://verl_ext.configs"
 """Where the top config lives: the package ``verl_ext.configs`` (the repository's ``configs/``)."""
@@ -57,6 +65,11 @@ def run(config: DictConfig) -> int:
         ensure_registered()
     except ValueError as exc:  # VERL_EXT_KEEP_VERL_COV holds something other than 0 / 1
         print(f"verl_ext: invalid environment: {exc}", file=sys.stderr)
+        return 2
+    try:
+        recipe_startup.prepare(config)
+    except recipe_startup.RecipeStartError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     if OmegaConf.select(config, "verl_ext.dry_run", default=False) is True:
         return dry_run(config)

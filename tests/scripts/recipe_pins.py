@@ -19,11 +19,14 @@ import shlex
 import subprocess
 import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-RECIPE_DIR = REPO / "recipe"
-PIN_DIR = Path(__file__).resolve().parent / "pinned"
+RECIPE_DIR = Path(os.environ.get("VERL_EXT_PIN_RECIPE_DIR", REPO / "recipe"))
+"""The launch scripts composed (``VERL_EXT_PIN_RECIPE_DIR`` replaces them, e.g. with an older copy to compare)."""
+PIN_DIR = Path(os.environ.get("VERL_EXT_PIN_DIR", Path(__file__).resolve().parent / "pinned"))
+"""The pinned files (``VERL_EXT_PIN_DIR`` writes or reads them elsewhere)."""
 
 GPU_RECIPES = ("gsm8k_grpo_vanilla", "gsm8k_grpo_clip_cov", "gsm8k_grpo_kl_cov", "gsm8k_grpo_kl_clip", "gsm8k_grpo_erc",
                "dapo_baseline", "dapo_clip_cov", "dapo_kl_cov", "dapo_grpo_erc", "dapo_gppo_erc", "dapo_high_entropy",
@@ -76,8 +79,24 @@ def launch_command(script: str, env: dict[str, str], cwd: Path) -> list[str]:
     return shlex.split(res.stdout)
 
 
-def compose_command(cmd: list[str], platform: str | None) -> str:
-    """The resolved config ``python -m verl_ext.main_ppo <args>`` composes, as YAML (Hydra in this process)."""
+@contextmanager
+def environment(env: dict[str, str], cwd: Path):
+    """This process with ``env`` as its environment and ``cwd`` as its working folder, restored after."""
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    try:
+        yield
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+
+
+def compose_command(cmd: list[str], env: dict[str, str], cwd: Path) -> str:
+    """The resolved config ``python -m verl_ext.main_ppo <args>`` composes in ``env`` and ``cwd``, as YAML (Hydra in
+    this process, as the entry point composes it; nothing started)."""
     from hydra import compose, initialize_config_dir, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
@@ -85,51 +104,41 @@ def compose_command(cmd: list[str], platform: str | None) -> str:
     import verl_ext.main_ppo as entry
 
     assert cmd[1:3] == ["-m", "verl_ext.main_ppo"], cmd
-    args = cmd[3:]
     config_path = config_name = None
     rest = []
-    it = iter(args)
+    it = iter(cmd[3:])
     for arg in it:
         if arg in ("--config-path", "-cp"):
             config_path = next(it)
         elif arg in ("--config-name", "-cn"):
             config_name = next(it)
-        elif arg.startswith("--config-path="):
-            config_path = arg.split("=", 1)[1]
-        elif arg.startswith("--config-name="):
-            config_name = arg.split("=", 1)[1]
         else:
             rest.append(arg)
-    saved = os.environ.get("VERL_PLATFORM")
-    if platform:
-        os.environ["VERL_PLATFORM"] = platform
-    else:
-        os.environ.pop("VERL_PLATFORM", None)
     GlobalHydra.instance().clear()
     try:
-        if config_path:
-            ctx = initialize_config_dir(config_dir=config_path, version_base=None)
-        else:
-            ctx = initialize_config_module(config_module="verl_ext.configs", version_base=None)
-        with ctx:
-            config = compose(config_name=config_name or entry.CONFIG_NAME, overrides=rest)
-        return OmegaConf.to_yaml(config, resolve=True)
+        with environment(env, cwd):
+            if config_path:
+                ctx = initialize_config_dir(config_dir=config_path, version_base=None)
+            else:
+                ctx = initialize_config_module(config_module="verl_ext.configs", version_base=None)
+            with ctx:
+                config = compose(config_name=config_name or entry.CONFIG_NAME, overrides=rest)
+            return OmegaConf.to_yaml(config, resolve=True)
     finally:
         GlobalHydra.instance().clear()
-        if saved is None:
-            os.environ.pop("VERL_PLATFORM", None)
-        else:
-            os.environ["VERL_PLATFORM"] = saved
 
 
 def compose_case(case: str, run_dir: Path) -> str:
     """A case's resolved config, with its working folder written as ``$RUN``."""
     script, variables = cases()[case]
     env = case_env(run_dir, variables)
+    if env.get("CKPT"):
+        Path(env["CKPT"], "actor").mkdir(parents=True, exist_ok=True)  # a checkpoint folder, as verl writes it
     cmd = launch_command(script, env, cwd=run_dir)
-    platform = "cpu" if script == "cpu_tiny" or variables.get("SCALE") == "cpu" else None
-    text = compose_command(cmd, platform)
-    return text.replace(str(run_dir), "$RUN")
+    env.pop("PRINT_CMD")
+    if script == "cpu_tiny" or variables.get("SCALE") == "cpu":
+        env["VERL_PLATFORM"] = "cpu"  # exported by the launch script
+    return compose_command(cmd, env, run_dir).replace(str(run_dir), "$RUN")
 
 
 def pin_path(case: str) -> Path:
@@ -146,7 +155,7 @@ def main(argv: list[str]) -> int:
         (run_dir / "home").mkdir(parents=True)
         for case in cases():
             pin_path(case).write_text(compose_case(case, run_dir))
-            print("wrote", pin_path(case).relative_to(REPO))
+            print("wrote", pin_path(case))
     return 0
 
 
