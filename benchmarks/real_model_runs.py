@@ -11,8 +11,9 @@ Per run, from those two files only:
   from where the controllers were asked to hold it;
 * the mean entropy (nats per token) over steps 1-5, 21-40 and 36-40;
 * the share of responses cut at the response-length limit (64 tokens) over steps 21-40, the entropy of truncated
-  answers being part of what the entropy columns average (``verl_ext.analysis.length_limit.cut_share``: on these
-  runs verl's ``response_length/clip_ratio`` alone is not that share, verl#7817);
+  answers being part of what the entropy columns average: verl_ext's ``verl_ext/response_length/clip_ratio`` where
+  the log has it, else from verl's ``response_length/clip_ratio`` and ``response_length/max``
+  (``verl_ext.analysis.length_limit.cut_share``: on these runs verl's ratio alone is not that share, verl#7817);
 * greedy validation (64 held-out problems) before training and after step 40;
 * avg@32, pass@32 and maj@32 of the step-40 checkpoint;
 
@@ -35,6 +36,7 @@ from typing import Any
 
 from verl_ext.analysis.control import relative_gap
 from verl_ext.analysis.length_limit import cut_share
+from verl_ext.contract import RESPONSE_CUT_RATIO
 from verl_ext.demo.runs import read_steps
 
 HERE = Path(__file__).resolve().parent
@@ -42,10 +44,14 @@ TARGET = 0.3
 """H*, nats per token: the target of every controlled 40-step run."""
 EVAL_CSV = HERE / "results_real_model_eval.csv"
 GREEDY = "val-core/openai/gsm8k/acc/mean@1"
+CUT_CORRECTED = RESPONSE_CUT_RATIO
+"""verl_ext's share of a step's responses cut at the limit, logged under its own key by runs after verl_ext stopped
+writing it under verl's (docs/metrics.md); read as logged where present."""
 CUT = "response_length/clip_ratio"
-"""verl's share of a step's responses as long as the batch's response tensor is wide in the runs logged before
-verl_ext corrected it on the V1 trainer (docs/train.md), the share cut in later ones; ``cut_share`` gives the share
-cut from either."""
+"""verl's key: the share of a step's responses as long as the batch's response tensor is wide in the runs logged
+before verl_ext corrected it on the V1 trainer (docs/train.md), the share cut in the kept runs logged while verl_ext
+wrote its correction under verl's key (the last third seeds); ``cut_share`` gives the share cut from either, where a
+log has no :data:`CUT_CORRECTED`."""
 LONGEST = "response_length/max"
 RESPONSE_LIMIT = 64
 """``data.max_response_length`` of every run here (``SCALE=cpu MODEL=smollm2``'s ``MAX_RESPONSE_LENGTH``)."""
@@ -147,6 +153,14 @@ def gap(entropy_by_step: dict[int, float], first: int, last: int, target: float 
     return relative_gap([entropy_by_step[s] for s in range(first, last + 1)], target)
 
 
+def cut_at_limit(row: dict[str, Any]) -> float:
+    """The share of a step's responses cut at :data:`RESPONSE_LIMIT`: verl_ext's :data:`CUT_CORRECTED` where the
+    step logged it, else :func:`cut_share` of verl's :data:`CUT` and :data:`LONGEST`."""
+    if CUT_CORRECTED in row:
+        return float(row[CUT_CORRECTED])
+    return cut_share(row[CUT], row[LONGEST], RESPONSE_LIMIT)
+
+
 def evaluation(path: Path) -> dict[str, dict[str, float]]:
     """``{run: {metric: mean}}`` of the evaluation CSV."""
     out: dict[str, dict[str, float]] = {}
@@ -165,9 +179,10 @@ def figures(run: RealRun, evals: dict[str, dict[str, float]], root: Path = HERE,
         raise ValueError(f"{run.evaluation!r} is not a run of the evaluation CSV; its runs: {sorted(evals)}")
     entropy = {s: r["actor/entropy"] for s, r in rows.items() if "actor/entropy" in r}
     second_half = range(steps // 2 + 1, steps + 1)
-    missing = [s for s in second_half if CUT not in rows.get(s, {}) or LONGEST not in rows.get(s, {})]
+    missing = [s for s in second_half if CUT_CORRECTED not in rows.get(s, {})
+               and (CUT not in rows.get(s, {}) or LONGEST not in rows.get(s, {}))]  # fmt: skip
     if missing:
-        raise ValueError(f"{run.log}: no {CUT} or {LONGEST} at steps {missing}")
+        raise ValueError(f"{run.log}: neither {CUT_CORRECTED} nor {CUT} and {LONGEST} at steps {missing}")
     ev = evals[run.evaluation]
     return {
         "config": run.config, "seed": run.seed, "log": run.log,
@@ -175,9 +190,7 @@ def figures(run: RealRun, evals: dict[str, dict[str, float]], root: Path = HERE,
         "entropy_first5": statistics.fmean(entropy[s] for s in range(1, 6)),
         "entropy_second_half": statistics.fmean(entropy[s] for s in second_half),
         "entropy_last5": statistics.fmean(entropy[s] for s in range(steps - 4, steps + 1)),
-        "cut_second_half": statistics.fmean(
-            cut_share(rows[s][CUT], rows[s][LONGEST], RESPONSE_LIMIT) for s in second_half
-        ),
+        "cut_second_half": statistics.fmean(cut_at_limit(rows[s]) for s in second_half),
         "greedy_before": rows[0][GREEDY], "greedy_after": rows[steps][GREEDY],
         "avg@32": ev["avg@32"], "pass@32": ev["pass@32"], "maj@32": ev["maj@32"],
     }  # fmt: skip

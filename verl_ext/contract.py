@@ -8,7 +8,9 @@ it from here and cannot drift apart:
 * the entropy autopilot's metrics (:data:`CONTROL_METRIC_PREFIX` and the keys below), written by
   :mod:`verl_ext.control` and read by :mod:`verl_ext.analysis`;
 * the token lens's file beside verl's file log (:func:`lens_file_for`), written by :mod:`verl_ext.driver` and read
-  by ``python -m verl_ext.analyze``.
+  by ``python -m verl_ext.analyze``;
+* the length ratios measured against the configured limits (:data:`CUT_RATIO_KEYS`), written by
+  :mod:`verl_ext.trainer` and read by ``benchmarks/real_model_runs.py``.
 """
 
 from __future__ import annotations
@@ -56,6 +58,22 @@ CONTROL_ACTUATOR_KEYS = {"cov_ratio": CONTROL_RATIO, "entropy_coef": CONTROL_MET
                          "pos_weight": CONTROL_METRIC_PREFIX + "pos_weight"}  # fmt: skip
 """Each actuator's value under its own name (``entropy_control/ratio`` kept for the selection ratio)."""
 
+CUT_RATIO_PREFIX = "verl_ext/"
+"""Prefix of verl_ext's length ratios: ``verl_ext/<verl's key>`` is the share of the step's samples cut at the
+configured limit, where verl's own key on the V1 trainer is the share as long as the batch's longest (verl#7817)."""
+RESPONSE_CUT_RATIO = CUT_RATIO_PREFIX + "response_length/clip_ratio"
+"""The share of the step's responses cut at ``data.max_response_length``."""
+RESPONSE_NON_ABORTED_CUT_RATIO = CUT_RATIO_PREFIX + "response_length_non_aborted/clip_ratio"
+"""As :data:`RESPONSE_CUT_RATIO`, over the responses that were not aborted (NaN when every one was)."""
+PROMPT_CUT_RATIO = CUT_RATIO_PREFIX + "prompt_length/clip_ratio"
+"""The share of the step's prompts at ``data.max_prompt_length`` tokens."""
+CUT_RATIO_KEYS = {
+    "response_length/clip_ratio": RESPONSE_CUT_RATIO,
+    "response_length_non_aborted/clip_ratio": RESPONSE_NON_ABORTED_CUT_RATIO,
+    "prompt_length/clip_ratio": PROMPT_CUT_RATIO,
+}
+"""verl's length ratio -> verl_ext's key for the same share measured against the configured limit."""
+
 LENS_SUFFIX = ".lens.jsonl"
 """The token lens writes next to verl's file log: ``<run>.jsonl`` -> ``<run>.lens.jsonl``."""
 
@@ -72,4 +90,5 @@ __all__ = [
     "CONTROL_ACTUATOR_KEYS", "CONTROL_GATE", "CONTROL_VALUE", "ENTROPY_COEF", "HIGH_ENTROPY_WEIGHT", "POS_WEIGHT",
     "CONTROL_ENTROPY", "CONTROL_ERROR", "CONTROL_INTEGRAL", "CONTROL_INTEGRATIONS", "CONTROL_LIMITED", "POS_WEIGHT_NORM", "CONTROL_METRIC_PREFIX", "CONTROL_RATIO",
     "CONTROL_SATURATED", "CONTROL_TARGET", "COV_SELECTED", "LENS_SUFFIX", "OLD_ENTROPY", "lens_file_for",
+    "CUT_RATIO_KEYS", "CUT_RATIO_PREFIX", "PROMPT_CUT_RATIO", "RESPONSE_CUT_RATIO", "RESPONSE_NON_ABORTED_CUT_RATIO",
 ]  # fmt: skip

@@ -104,8 +104,27 @@ def test_a_run_that_is_not_in_the_evaluation_or_stopped_early_is_an_error(tmp_pa
         if row["step"] == 30:
             del row["data"][rmr.CUT]
     log.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    with pytest.raises(ValueError, match=r"no response_length/clip_ratio or response_length/max at steps \[30\]"):
+    with pytest.raises(ValueError, match=r"neither verl_ext/response_length/clip_ratio nor response_length/clip_ratio "
+                                         r"and response_length/max at steps \[30\]"):
         rmr.figures(rmr.RealRun("cfg", "0", "run.jsonl", "a run, step 40"), evals, root=tmp_path)
+
+
+def test_a_log_with_verl_exts_own_cut_ratio_is_read_by_that_key(tmp_path):
+    """Logs written after verl_ext moved its corrected ratio to its own key: that key is the share cut, read as logged;
+    verl's key there is verl's (the share as long as the step's longest answer) and is not used."""
+    assert rmr.CUT_CORRECTED == "verl_ext/response_length/clip_ratio"
+    # every step: verl's 0.5 (half the answers as long as the longest, 64 tokens), verl_ext's 0.125 (its own count)
+    log = _write(tmp_path, [0.3] * 40, greedy=(0.75, 0.75), cut=[(0.5, 64)] * 40)
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    for row in rows:
+        if row["step"] > 0:
+            row["data"][rmr.CUT_CORRECTED] = 0.125
+            if row["step"] == 30:  # a step with verl_ext's key alone is complete
+                del row["data"][rmr.CUT], row["data"][rmr.LONGEST]
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = rmr.figures(rmr.RealRun("cfg", "0", "run.jsonl", "a run, step 40"), rmr.evaluation(tmp_path / "eval.csv"),
+                      root=tmp_path)  # fmt: skip
+    assert got["cut_second_half"] == pytest.approx(0.125)
 
 
 @pytest.fixture(scope="module")

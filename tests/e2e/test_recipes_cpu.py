@@ -263,10 +263,10 @@ def test_real_model_recipe_trains_smollm2_in_its_entropy_regime(runs):
     assert run.metric(1, "response_length/mean") > 8  # the tiny model's budget is 8 tokens; this one writes more
     assert run.metric(1, "critic/score/max") == 1.0 and run.metric(1, "critic/score/min") == 0.0
     assert run.metric(1, "critic/advantages/max") > 0.0 > run.metric(1, "critic/advantages/min")
-    # the share cut at SCALE=cpu's 64-token limit (verl_ext corrects verl's ratio on V1, verl#7817): verl's own value
-    # is the share as long as the step's longest answer, never 0
+    # the share cut at SCALE=cpu's 64-token limit, under verl_ext's own key (verl_ext corrects verl's ratio on V1,
+    # verl#7817): verl's own value, kept under verl's key, is the share as long as the step's longest answer, never 0
     for step in (1, 2, 3):
-        longest, cut = run.metric(step, "response_length/max"), run.metric(step, "response_length/clip_ratio")
+        longest, cut = run.metric(step, "response_length/max"), run.metric(step, "verl_ext/response_length/clip_ratio")
         assert cut == 0.0 if longest < 64 else 0.0 < cut <= 1.0, (step, longest, cut)
 
 

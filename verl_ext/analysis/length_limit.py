@@ -9,13 +9,16 @@ longest one - 0.5 in a step whose answers are all 13-15 tokens, half of them 15 
 The truncation rate follows from the metrics verl already logs, with no pass over the batch: a response is cut iff
 its length is the limit, so a step whose longest response (``response_length/max``) is below the limit cut none,
 and in a step whose longest reached it the tensor is as wide as the limit and verl's ratio is the share cut.
-Either way the result is the share at the limit, whichever trainer padded the batch.
+Either way the result is the share at the limit, whichever trainer padded the batch. verl_ext logs it under its
+own key, ``verl_ext/<verl's key>`` (:data:`verl_ext.contract.CUT_RATIO_KEYS`), beside verl's value under verl's.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+
+from verl_ext.contract import CUT_RATIO_KEYS
 
 CLIP_RATIOS = {
     "response_length/clip_ratio": ("response_length/max", "response"),
@@ -40,7 +43,8 @@ def cut_share(verl_ratio: float, longest: float, limit: int) -> float:
 
 def corrected_clip_ratios(metrics: Mapping[str, float], max_prompt_length: int, max_response_length: int
                           ) -> dict[str, float]:  # fmt: skip
-    """verl's length ratios among ``metrics`` measured against the configured limits (:func:`cut_share`), by key.
+    """verl's length ratios among ``metrics`` measured against the configured limits (:func:`cut_share`), under
+    verl_ext's keys (:data:`verl_ext.contract.CUT_RATIO_KEYS`: ``verl_ext/response_length/clip_ratio``, ...).
 
     A ratio whose ``*/max`` is missing, or whose longest sample exceeds its limit (a prompt longer than
     ``data.max_prompt_length`` when verl's truncation is off), is left out: it cannot be corrected.
@@ -51,7 +55,7 @@ def corrected_clip_ratios(metrics: Mapping[str, float], max_prompt_length: int, 
         if key not in metrics or longest_key not in metrics:
             continue
         try:
-            out[key] = cut_share(float(metrics[key]), float(metrics[longest_key]), limits[kind])
+            out[CUT_RATIO_KEYS[key]] = cut_share(float(metrics[key]), float(metrics[longest_key]), limits[kind])
         except ValueError:  # a sample longer than its limit: cut_share cannot say
             continue
     return out

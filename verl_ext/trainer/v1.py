@@ -13,9 +13,11 @@
   fetch and put through verl's ``trainer_base.tq``), the same fields by a round trip of their own, with a warning.
 * ``_save_checkpoint`` / ``_load_checkpoint``: the autopilot's state goes with verl's checkpoint.
 * ``_compute_metrics``: verl's ``response_length/clip_ratio`` (and its non-aborted and prompt twins) measured
-  against ``data.max_response_length`` / ``data.max_prompt_length``, the truncation rate they are meant to be: V1
-  pads the batch to its longest sample, so verl's value is the share as long as the longest (verl issue #7817;
-  :mod:`verl_ext.analysis.length_limit`). Computed from verl's own step metrics, no pass over the batch.
+  against ``data.max_response_length`` / ``data.max_prompt_length``, the truncation rate they are meant to be, under
+  verl_ext's own keys (``verl_ext/response_length/clip_ratio``, ...: :data:`verl_ext.contract.CUT_RATIO_KEYS`); verl's
+  keys keep verl's values. V1 pads the batch to its longest sample, so verl's value is the share as long as the
+  longest (verl issue #7817; :mod:`verl_ext.analysis.length_limit`). Computed from verl's own step metrics, no pass
+  over the batch.
 * ``_step_once`` / ``_add_prompts_to_generate``: with DAPO's dynamic sampling (``algorithm.filter_groups``) in
   ``sync`` mode, the prompts drawn for one training batch are bounded by
   ``algorithm.filter_groups.max_num_gen_batches`` generation batches (verl's replay buffer refills evicted
@@ -48,6 +50,7 @@ from verl.trainer.ppo.v1 import trainer_base
 from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
 from verl_ext.analysis.length_limit import CLIP_RATIOS, corrected_clip_ratios
+from verl_ext.contract import CUT_RATIO_KEYS
 from verl_ext.registration import ensure_registered
 from verl_ext.driver.mixin import VerlExtDriverMixin
 from verl_ext.trainer.hooks import (
@@ -130,14 +133,14 @@ class VerlExtV1Mixin(VerlExtDriverMixin):
         super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
         data = self.config.data
         corrected = corrected_clip_ratios(metrics, int(data.max_prompt_length), int(data.max_response_length))
-        metrics.update(corrected)
-        left = sorted(k for k in CLIP_RATIOS if k in metrics and k not in corrected)
+        metrics.update(corrected)  # under verl_ext's keys: verl's keep verl's values
+        left = sorted(CUT_RATIO_KEYS[k] for k in CLIP_RATIOS if k in metrics and CUT_RATIO_KEYS[k] not in corrected)
         if left:
             _warn_once(
                 "uncorrected_clip_ratio",
-                "verl_ext: %s kept verl's value (the share of samples as long as the batch's longest, not the share "
-                "cut at the limit): a sample was longer than data.max_prompt_length / data.max_response_length, or "
-                "the step logged no */max", ", ".join(left),
+                "verl_ext: %s not logged (only verl's value, the share of samples as long as the batch's longest, "
+                "not the share cut at the limit): a sample was longer than data.max_prompt_length / "
+                "data.max_response_length, or the step logged no */max", ", ".join(left),
             )
 
     def _init_resource_pool_mgr(self) -> None:
