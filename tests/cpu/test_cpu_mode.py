@@ -523,3 +523,34 @@ def test_worker_group_init_gets_the_default_range_only_when_the_caller_gives_non
     assert seen[0]["name_prefix"] == "x"
     for filled in (default, none_given):  # a missing and a None range both get the default
         assert 20000 <= filled[0] <= 31768 and filled[1] == 32768, filled
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the platform's memory figures
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_memory_figures_that_cannot_be_read_raise_instead_of_reporting_zero(monkeypatch):
+    """verl's ``perf/*memory*`` metrics read these; a 0 there would be a process that uses no memory."""
+    import resource
+
+    import psutil
+
+    from verl_ext.cpu import platform
+
+    device = platform._build_device_module()
+    assert device.memory_allocated() > 0 and device.max_memory_allocated() > 0 and device.mem_get_info()[1] > 0
+
+    def denied(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", "/proc/self/statm")
+
+    monkeypatch.setattr(psutil.Process, "memory_info", denied)
+    monkeypatch.setattr(psutil, "virtual_memory", denied)
+    monkeypatch.setattr(resource, "getrusage", denied)
+    for read, what in ((device.memory_allocated, r"this process's resident memory \(psutil"),
+                       (device.memory_reserved, r"this process's resident memory \(psutil"),
+                       (device.max_memory_allocated, r"peak resident memory \(resource.getrusage"),
+                       (device.max_memory_reserved, r"peak resident memory \(resource.getrusage"),
+                       (device.mem_get_info, r"the host's memory \(psutil.virtual_memory")):  # fmt: skip
+        with pytest.raises(platform.MemoryUnreadable, match=what + ".*Permission denied"):
+            read()

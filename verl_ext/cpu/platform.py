@@ -43,14 +43,22 @@ logger = logging.getLogger(__name__)
 _requested = False
 
 
+class MemoryUnreadable(RuntimeError):
+    """A memory figure of the CPU platform could not be read: raised, never reported as 0 (a 0 would read as a
+    process that uses no memory in verl's ``perf/*memory*`` metrics)."""
+
+
 def _bytes_of_this_process() -> int:
     """Resident memory of this process (the closest CPU analogue of "allocated device memory")."""
     try:
         import psutil
 
         return int(psutil.Process().memory_info().rss)
-    except Exception:  # psutil missing or restricted /proc: report 0 rather than fail a metric
-        return 0
+    except Exception as err:  # psutil missing or restricted /proc
+        raise MemoryUnreadable(
+            "verl_ext CPU platform: cannot read this process's resident memory (psutil.Process().memory_info()): "
+            f"{err!r}"
+        ) from err
 
 
 def _peak_rss_bytes() -> int:
@@ -59,24 +67,31 @@ def _peak_rss_bytes() -> int:
         import resource
 
         return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
-    except Exception:
-        return _bytes_of_this_process()
+    except Exception as err:
+        raise MemoryUnreadable(
+            f"verl_ext CPU platform: cannot read this process's peak resident memory "
+            f"(resource.getrusage(RUSAGE_SELF).ru_maxrss): {err!r}"
+        ) from err
 
 
 def _mem_get_info(device: Any = None) -> tuple[int, int]:
+    """``(available, total)`` bytes of the host's memory, as ``torch.cuda.mem_get_info`` gives the device's."""
     try:
         import psutil
 
         vm = psutil.virtual_memory()
         return int(vm.available), int(vm.total)
-    except Exception:
-        return 0, 0
+    except Exception as err:
+        raise MemoryUnreadable(
+            f"verl_ext CPU platform: cannot read the host's memory (psutil.virtual_memory()): {err!r}"
+        ) from err
 
 
 def _build_device_module() -> types.ModuleType:
     """``torch.cpu`` plus the ``torch.cuda``-style functions verl calls on ``get_torch_device()``.
 
-    Memory figures are process-level (RSS); the "peak" counters report ``ru_maxrss`` and cannot be reset.
+    Memory figures are process-level (RSS); the "peak" counters report ``ru_maxrss`` and cannot be reset. A figure that
+    cannot be read raises :class:`MemoryUnreadable` instead of reporting 0.
     """
     shim = types.ModuleType("verl_ext_cpu_device")
     for name in dir(torch.cpu):
@@ -258,7 +273,9 @@ def activate(export_env: bool = False) -> PlatformCPU:
     return platform_manager._current_platform  # type: ignore[return-value]
 
 
-__all__ = ["PLATFORM_NAME", "PlatformCPU", "activate", "enable", "is_active", "register_cpu_engines"]
+__all__ = [
+    "MemoryUnreadable", "PLATFORM_NAME", "PlatformCPU", "activate", "enable", "is_active", "register_cpu_engines",
+]  # fmt: skip
 
 _enabled = False
 
