@@ -525,6 +525,27 @@ def test_worker_group_init_gets_the_default_range_only_when_the_caller_gives_non
         assert 20000 <= filled[0] <= 31768 and filled[1] == 32768, filled
 
 
+def test_a_port_range_that_cannot_be_read_or_used_is_verls_choice_with_a_warning(monkeypatch, caplog):
+    """No silent fallback to verl's racy search: the warning names what could not be read (or used) and what is done."""
+    import logging
+
+    from verl_ext.cpu import workarounds
+
+    def unreadable() -> tuple[int, int]:
+        raise FileNotFoundError(2, "No such file or directory", workarounds.EPHEMERAL_RANGE_FILE)
+
+    monkeypatch.setattr(workarounds, "ephemeral_port_range", unreadable)
+    with caplog.at_level(logging.WARNING, logger=workarounds.__name__):
+        assert workarounds.master_port_range_default() is None
+    assert "cannot read the kernel's ephemeral port range from /proc/sys/net/ipv4/ip_local_port_range" in caplog.text
+    assert "No such file or directory" in caplog.text and "master port is verl's own choice" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger=workarounds.__name__):
+        assert workarounds.master_port_range_default((20500, 60999)) is None  # fewer than 1000 ports below 20500
+    assert "ephemeral port range 20500-60999 leaves fewer than 1000 ports" in caplog.text
+    assert "master port is verl's own choice" in caplog.text
+
+
 # ----------------------------------------------------------------------------------------------------------
 # the platform's memory figures
 # ----------------------------------------------------------------------------------------------------------

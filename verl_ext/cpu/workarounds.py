@@ -325,14 +325,29 @@ def master_port_range_default(ephemeral: tuple[int, int] | None = None, rng: Any
     """A ``master_port_range`` for one worker group: ``[start, end)`` of :func:`master_ports_for` this machine's
     ephemeral range, from a random ``start`` that leaves at least :data:`MIN_MASTER_PORTS` ports (verl scans a range
     from its first port, so two groups built at the same moment would race for one port); ``None`` where the range
-    cannot be read or leaves too few ports (verl's own choice)."""
+    cannot be read or leaves too few ports: verl's own choice, a port from the ephemeral range, with a warning that
+    says why."""
     import random
 
-    try:
-        ports = master_ports_for(ephemeral or ephemeral_port_range())
-    except (OSError, ValueError):
-        return None
+    if ephemeral is None:
+        try:
+            ephemeral = ephemeral_port_range()
+        except (OSError, ValueError) as err:
+            logger.warning(
+                "verl_ext CPU mode: cannot read the kernel's ephemeral port range from %s (%r); the worker group's "
+                "master port is verl's own choice, a port the kernel picks from its ephemeral range, which an "
+                "outgoing connection can take before the workers bind it (EADDRINUSE at start-up)",
+                EPHEMERAL_RANGE_FILE, err,
+            )  # fmt: skip
+            return None
+    ports = master_ports_for(ephemeral)
     if ports is None:
+        logger.warning(
+            "verl_ext CPU mode: the kernel's ephemeral port range %d-%d leaves fewer than %d ports above Ray's worker "
+            "ports (%d); the worker group's master port is verl's own choice, a port from the ephemeral range, which "
+            "an outgoing connection can take before the workers bind it (EADDRINUSE at start-up)",
+            ephemeral[0], ephemeral[1], MIN_MASTER_PORTS, RAY_WORKER_PORTS_END,
+        )  # fmt: skip
         return None
     first, end = ports
     return [(rng or random.SystemRandom()).randrange(first, end - MIN_MASTER_PORTS + 1), end]
