@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-gguf = pytest.importorskip("gguf")
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM  # noqa: E402
+import gguf  # the `cpu` and `test` extras pin it: a failure where missing, not a skip
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from verl_ext.testbed import smollm2  # noqa: E402
+from verl_ext.testbed import smollm2
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}"
