@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from memtrack import cpu_peak_bytes
+from benchmarks.memtrack import cpu_peak_bytes
 from tensordict import TensorDict
 
 # (row name, loss_mode, calculate_entropy passed by the "trainer", worker: "verl" or "verl_ext")

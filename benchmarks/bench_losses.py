@@ -6,8 +6,8 @@ number of host-device synchronisations (``torch.cuda.set_sync_debug_mode``). Wit
 update through verl's FSDP2 engine on a tiny model (step time and peak memory: vanilla, vanilla with
 ``calculate_entropy``, grpo_erc). Prints a table and writes JSON.
 
-    python benchmarks/bench_losses.py --quick          # < 2 min on 2 CPU cores
-    python benchmarks/bench_losses.py --batch 64 --seq 4096 --repeats 10 --json bench.json
+    python -m benchmarks.bench_losses --quick          # < 2 min on 2 CPU cores (from the repository root)
+    python -m benchmarks.bench_losses --batch 64 --seq 4096 --repeats 10 --json bench.json
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -23,8 +22,7 @@ from typing import Callable
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from memtrack import cpu_peak_bytes  # noqa: E402
+from benchmarks.memtrack import cpu_peak_bytes
 
 import verl  # noqa: E402  (loads the verl_ext plugin)
 import verl.trainer.ppo.core_algos as core_algos  # noqa: E402
@@ -169,7 +167,7 @@ def bench_losses(args: argparse.Namespace, device: torch.device) -> list[dict]:
 
 def bench_engine(args: argparse.Namespace) -> list[dict]:
     """One update through verl's FSDP2 engine on a tiny model: vanilla, vanilla + entropy, grpo_erc."""
-    from bench_engine import benchmark_update  # verl's TrainingWorker on gloo (verl_ext.testbed.engine)
+    from benchmarks.bench_engine import benchmark_update  # verl's TrainingWorker on gloo (verl_ext.testbed.engine)
 
     return benchmark_update(repeats=args.engine_repeats, batch=args.engine_batch, response_length=args.engine_len)
 

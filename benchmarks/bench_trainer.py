@@ -24,9 +24,11 @@ that counts work moved from the update to the advantage step - and the driver's 
 before this change logged it in every batch-scope step). Per variant: the median over rounds, and its ratio to the
 matching verl variant.
 
-    python benchmarks/bench_trainer.py --steps 8 --rounds 3 --json benchmarks/results_trainer_cpu.json
-    python benchmarks/bench_trainer.py --gpus-per-node 2 --dynamic --json benchmarks/results_trainer_cpu_2ranks_dynamic.json
-    python benchmarks/bench_trainer.py --summarise-only --work <an earlier run's folder> ...   # re-read its logs
+    python -m benchmarks.bench_trainer --steps 8 --rounds 3 --json benchmarks/results_trainer_cpu.json
+    python -m benchmarks.bench_trainer --gpus-per-node 2 --dynamic --json benchmarks/results_trainer_cpu_2ranks_dynamic.json
+    python -m benchmarks.bench_trainer --summarise-only --work <an earlier run's folder> ...   # re-read its logs
+
+(from the repository root: ``benchmarks`` is a package there).
 
 ``--gpus-per-node 2 --dynamic`` runs the GPU recipes' structure: two training processes and verl's dynamic batch
 size (token budgets that pack each rank's rows into several micro-batches), and adds a fifth variant,
@@ -45,8 +47,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from recipe_runs import read_rows, run_recipe  # noqa: E402
+from benchmarks.recipe_runs import read_rows, run_recipe
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "verl_ext vanilla": {"loss": "vanilla", "entry": "verl_ext.main_ppo", "baseline": "verl vanilla"},

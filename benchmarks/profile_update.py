@@ -11,8 +11,8 @@ whose time differs most between the variants. Timings come from a sampler, at ``
 py-spy's sampling takes some CPU from the processes it reads: the ratios between variants are the result, not the
 absolute times (``bench_trainer.py`` measures those without a profiler).
 
-    python benchmarks/profile_update.py --json benchmarks/results_profile_update_cpu.json
-    python benchmarks/profile_update.py --variants "verl_ext vanilla,verl vanilla" --steps 6
+    python -m benchmarks.profile_update --json benchmarks/results_profile_update_cpu.json
+    python -m benchmarks.profile_update --variants "verl_ext vanilla,verl vanilla" --steps 6
 
 Needs py-spy (``pip install py-spy``) and the permission to read other processes (root, or ptrace allowed).
 """
@@ -31,9 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_trainer import DYNAMIC_BSZ, VARIANTS, figures as run_figures, run_name, run_variant  # noqa: E402
-from recipe_runs import read_rows  # noqa: E402
+from benchmarks.bench_trainer import DYNAMIC_BSZ, VARIANTS, figures as run_figures, run_name, run_variant
+from benchmarks.recipe_runs import read_rows
 
 WORKER_TITLE = "ray::WorkerDict"
 """The process title Ray gives verl's colocated training workers (one per rank)."""

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import bench_trainer  # noqa: E402
-
+from benchmarks import bench_trainer
 from verl_ext.cpu import openmp
 
 

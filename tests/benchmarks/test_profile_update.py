@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import profile_update  # noqa: E402
+from benchmarks import profile_update
 
 WORKER = 'process 11:"ray::WorkerDict"'
 UPDATE = "ActorRolloutRefWorker.update_actor (verl/workers/engine_workers.py:714)"  # py-spy: Class.method

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import csv
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import real_model_runs as rmr  # noqa: E402
+from benchmarks import real_model_runs as rmr
 
 
 def test_gap_is_the_mean_relative_distance_to_the_target_over_the_steps_asked():
