@@ -22,7 +22,8 @@ of the fields' computation inside it (``timing_s/verl_ext/advantage_fields``), a
 that counts work moved from the update to the advantage step - and the driver's separate TransferQueue round trip
 (``timing_s/verl_ext/update_fields_fetch`` + ``..._store``; 0 unless the fields could not go with verl's put; runs
 before this change logged it in every batch-scope step). Per variant: the median over rounds, and its ratio to the
-matching verl variant.
+matching verl variant. Timers are read strictly: a step without a timer the variant logs is an error naming the
+timer, the log and the step (:func:`timer`); a figure is 0 only where the variant does not do that work.
 
     python -m benchmarks.bench_trainer --steps 8 --rounds 3 --json benchmarks/results_trainer_cpu.json
     python -m benchmarks.bench_trainer --gpus-per-node 2 --dynamic --json benchmarks/results_trainer_cpu_2ranks_dynamic.json
@@ -73,6 +74,35 @@ FIXED_VARIANT = {"loss": "clip_cov", "entry": "verl_ext.main_ppo", "baseline": "
 """With ``--dynamic``: verl_ext's clip_cov with fixed micro-batches, compared with the same run under dynamic ones."""
 
 
+VERL_TIMERS = ("timing_s/step", "timing_s/gen", "timing_s/update_actor", "timing_s/adv")
+"""verl's timers that every step of every variant logs (verl's V1 trainer, the recipe's default)."""
+PEAK_MEMORY = "actor/perf/max_memory_allocated_gb"
+"""verl's peak memory of the actor worker, logged at every step (CPU mode: the worker's RSS peak)."""
+SELECTION_TIMER = "timing_s/verl_ext/cov_selection"
+"""verl_ext's driver-side batch-scope selection (``verl_ext.trainer.hooks.SELECTION_TIMER``)."""
+FIELDS_TIMER = "timing_s/verl_ext/advantage_fields"
+"""verl_ext's fields computed inside verl's advantage put (``verl_ext.trainer.v1.ADVANTAGE_FIELDS_TIMER``)."""
+ROUND_TRIP_TIMERS = ("timing_s/verl_ext/update_fields_fetch", "timing_s/verl_ext/update_fields_store")
+"""verl_ext's own TransferQueue round trip, logged only by a run whose fields could not go with verl's put
+(``verl_ext.trainer.v1.FETCH_TIMER`` / ``STORE_TIMER``)."""
+
+
+def driver_timers(spec: dict[str, Any]) -> tuple[str, ...]:
+    """verl_ext's driver timers that every step of the variant ``spec`` logs: the batch-scope selection and the fields
+    computed in verl's advantage put for verl_ext's ``clip_cov`` / ``kl_cov``; none for vanilla (no field to add) and
+    for verl's entry point (no verl_ext trainer)."""
+    if spec["entry"] == "verl_ext.main_ppo" and spec["loss"] in ("clip_cov", "kl_cov"):
+        return (SELECTION_TIMER, FIELDS_TIMER)
+    return ()
+
+
+def timer(row: dict[str, Any], key: str, source: Path | str) -> float:
+    """``row[key]``; a step without it is a ``ValueError`` naming the key, the log and the step."""
+    if key not in row:
+        raise ValueError(f"{source}: step {row.get('step', '?')} logged no {key!r}")
+    return float(row[key])
+
+
 def run_variant(name: str, spec: dict[str, Any], work: Path, steps: int, round_index: int, gpus_per_node: int = 1,
                 dynamic: bool = False) -> dict[str, Any]:
     """One training run of ``spec``; returns its summary figures."""
@@ -86,7 +116,14 @@ def run_variant(name: str, spec: dict[str, Any], work: Path, steps: int, round_i
         variables["VERL_USE_EXTERNAL_PLUGINS"] = "verl_ext_cpu"
         args += [*VERL_ONLY_ARGS, "++ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_PLUGINS=verl_ext_cpu",
                  *same_openmp_runtime()]  # fmt: skip
-    return figures(run_recipe(work, run_name(name, round_index), args, **variables))
+    run = run_name(name, round_index)
+    return figures(run_recipe(work, run, args, **variables), work / f"{run}.jsonl", driver_timers(spec))
+
+
+def read_figures(work: Path, name: str, spec: dict[str, Any], round_index: int) -> dict[str, Any]:
+    """The figures of an earlier run of variant ``name`` in round ``round_index``, from its JSONL log in ``work``."""
+    run = run_name(name, round_index)
+    return figures(read_rows(work, run), work / f"{run}.jsonl", driver_timers(spec))
 
 
 def same_openmp_runtime() -> list[str]:
@@ -102,23 +139,41 @@ def run_name(name: str, round_index: int) -> str:
     return f"{name.replace(' ', '_')}_{round_index}"
 
 
-def figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def figures(rows: list[dict[str, Any]], source: Path | str, logged: tuple[str, ...] = ()) -> dict[str, Any]:
     """A run's summary: medians over the steps after the first. ``train_s`` is the step without generation
     (``timing_s/step - timing_s/gen``): vLLM's CPU generation time comes in steps of ~2 s here (the same batch
     takes 2 or 4 s) and depends on the response lengths each loss's updates lead to, so whole-step times compare
-    the trainers only through that noise; ``train_s`` and ``update_actor_s`` hold what verl_ext changes."""
+    the trainers only through that noise; ``train_s`` and ``update_actor_s`` hold what verl_ext changes.
+
+    Every timer is read strictly (:func:`timer`; ``source``, the log, names where a missing one was): verl's
+    :data:`VERL_TIMERS` and :data:`PEAK_MEMORY` at every step, the driver timers in ``logged`` (the variant's
+    :func:`driver_timers`) at every step after the first; a driver timer the variant does not log is 0 (the variant does
+    not do that work) and an error if the log has it. The round trip (:data:`ROUND_TRIP_TIMERS`) is 0 where no step
+    logged it (the fields went with verl's put), else read at every step after the first."""
+    for row in rows:
+        for key in (*VERL_TIMERS, PEAK_MEMORY):
+            timer(row, key, source)
     later = rows[1:]
+    for key in (SELECTION_TIMER, FIELDS_TIMER):
+        seen = [r.get("step") for r in later if key in r]
+        if key not in logged and seen:
+            raise ValueError(f"{source}: steps {seen} logged {key!r}, which this variant does not log")
+    round_trip = any(key in r for r in later for key in ROUND_TRIP_TIMERS)
+
+    def median(*keys: str) -> float:
+        return statistics.median(sum(timer(r, key, source) for key in keys) for r in later)
+
     return {
-        "step_s": statistics.median(r["timing_s/step"] for r in later),
-        "train_s": statistics.median(r["timing_s/step"] - r["timing_s/gen"] for r in later),
-        "update_actor_s": statistics.median(r["timing_s/update_actor"] for r in later),
-        "peak_rss_gb": max(r.get("actor/perf/max_memory_allocated_gb", float("nan")) for r in rows),
-        "selection_s": statistics.median(r.get("timing_s/verl_ext/cov_selection", 0.0) for r in later),
-        "fetch_store_s": statistics.median(r.get("timing_s/verl_ext/update_fields_fetch", 0.0)
-                                           + r.get("timing_s/verl_ext/update_fields_store", 0.0) for r in later),
-        "adv_s": statistics.median(r.get("timing_s/adv", 0.0) for r in later),
-        "fields_s": statistics.median(r.get("timing_s/verl_ext/advantage_fields", 0.0) for r in later),
-        "update_adv_s": statistics.median(r["timing_s/update_actor"] + r.get("timing_s/adv", 0.0) for r in later),
+        "step_s": median("timing_s/step"),
+        "train_s": statistics.median(timer(r, "timing_s/step", source) - timer(r, "timing_s/gen", source)
+                                     for r in later),  # fmt: skip
+        "update_actor_s": median("timing_s/update_actor"),
+        "peak_rss_gb": max(timer(r, PEAK_MEMORY, source) for r in rows),
+        "selection_s": median(SELECTION_TIMER) if SELECTION_TIMER in logged else 0.0,
+        "fetch_store_s": median(*ROUND_TRIP_TIMERS) if round_trip else 0.0,
+        "adv_s": median("timing_s/adv"),
+        "fields_s": median(FIELDS_TIMER) if FIELDS_TIMER in logged else 0.0,
+        "update_adv_s": median("timing_s/update_actor", "timing_s/adv"),
         "steps": len(rows),
     }
 
@@ -133,7 +188,7 @@ def summarise(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, A
     so a slow hour of the machine divides out; the first figures divide medians taken over different hours)."""
     table: dict[str, dict[str, Any]] = {}
     for name, runs in results.items():
-        table[name] = {key: statistics.median(run.get(key, 0.0) for run in runs) for key in FIGURES}
+        table[name] = {key: statistics.median(run[key] for run in runs) for key in FIGURES}
     for name, row in table.items():
         base = {**VARIANTS, "verl_ext clip_cov fixed": FIXED_VARIANT}[name]["baseline"]
         if base is not None and base in table:
@@ -162,8 +217,8 @@ def format_table(table: dict[str, dict[str, Any]]) -> str:
                   for k in ("step_ratio", "train_ratio", "update_ratio", "rss_ratio", "update_adv_ratio")]  # fmt: skip
         lines.append(f"| {name} | {row['step_s']:.3f} | {ratios[0]} | {row['train_s']:.3f} | {ratios[1]} | "
                      f"{row['update_actor_s']:.3f} | {ratios[2]} | {row['peak_rss_gb']:.3f} | {ratios[3]} | "
-                     f"{row['selection_s']:.4f} | {row.get('fetch_store_s', 0.0):.4f} | {row.get('adv_s', 0.0):.3f} | "
-                     f"{row.get('fields_s', 0.0):.4f} | {row.get('update_adv_s', 0.0):.3f} | {ratios[4]} |")  # fmt: skip
+                     f"{row['selection_s']:.4f} | {row['fetch_store_s']:.4f} | {row['adv_s']:.3f} | "
+                     f"{row['fields_s']:.4f} | {row['update_adv_s']:.3f} | {ratios[4]} |")  # fmt: skip
     lines += [""] if any("update_ratio_rounds" in row for row in table.values()) else []
     for name, row in table.items():
         if "update_ratio_rounds" in row:
@@ -207,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     for round_index in range(args.rounds):
         for name, spec in variants.items():
             if args.summarise_only:
-                results[name].append(figures(read_rows(work, run_name(name, round_index))))
+                results[name].append(read_figures(work, name, spec, round_index))
             else:
                 results[name].append(run_variant(name, spec, work, args.steps, round_index, args.gpus_per_node,
                                                  args.dynamic))  # fmt: skip

@@ -31,8 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_trainer import DYNAMIC_BSZ, VARIANTS, figures as run_figures, run_name, run_variant
-from benchmarks.recipe_runs import read_rows
+from benchmarks.bench_trainer import DYNAMIC_BSZ, VARIANTS, read_figures, run_name, run_variant
 
 WORKER_TITLE = "ray::WorkerDict"
 """The process title Ray gives verl's colocated training workers (one per rank)."""
@@ -165,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         prefix = work / f"{run_name(name, 0)}.pyspy"
         if args.summarise_only:
-            figures[name] = run_figures(read_rows(work, run_name(name, 0)))
+            figures[name] = read_figures(work, name, VARIANTS[name], 0)
         else:
             figures[name] = profile_run(name, prefix, work, args)
         files = [rank_file(prefix, i) for i in range(args.gpus_per_node)]
