@@ -21,6 +21,7 @@ import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE_DIR = Path(os.environ.get("VERL_EXT_PIN_RECIPE_DIR", REPO / "recipe"))
@@ -70,10 +71,10 @@ def case_env(run_dir: Path, variables: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def launch_command(script: str, env: dict[str, str], cwd: Path) -> list[str]:
-    """The command ``recipe/<script>.sh`` launches (``PRINT_CMD=1``), split as the shell would."""
-    res = subprocess.run(["bash", str(RECIPE_DIR / f"{script}.sh")], env=env, cwd=cwd, capture_output=True, text=True,
-                         timeout=120)  # fmt: skip
+def launch_command(script: str, env: dict[str, str], cwd: Path, args: tuple[str, ...] = ()) -> list[str]:
+    """The command ``recipe/<script>.sh ARGS`` launches (``PRINT_CMD=1``), split as the shell would."""
+    res = subprocess.run(["bash", str(RECIPE_DIR / f"{script}.sh"), *args], env=env, cwd=cwd, capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
     if res.returncode != 0:
         raise RuntimeError(f"{script}: exit {res.returncode}\n{res.stderr}")
     return shlex.split(res.stdout)
@@ -94,9 +95,10 @@ def environment(env: dict[str, str], cwd: Path):
         os.environ.update(saved_env)
 
 
-def compose_command(cmd: list[str], env: dict[str, str], cwd: Path) -> str:
-    """The resolved config ``python -m verl_ext.main_ppo <args>`` composes in ``env`` and ``cwd``, as YAML (Hydra in
-    this process, as the entry point composes it; nothing started)."""
+def compose_command(cmd: list[str], env: dict[str, str], cwd: Path, resolve: Any = None) -> Any:
+    """The config ``python -m verl_ext.main_ppo <args>`` composes in ``env`` and ``cwd`` (Hydra in this process, as
+    the entry point composes it; nothing started), passed to ``resolve`` in that environment (default: resolved to
+    YAML)."""
     from hydra import compose, initialize_config_dir, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
@@ -123,22 +125,29 @@ def compose_command(cmd: list[str], env: dict[str, str], cwd: Path) -> str:
                 ctx = initialize_config_module(config_module="verl_ext.configs", version_base=None)
             with ctx:
                 config = compose(config_name=config_name or entry.CONFIG_NAME, overrides=rest)
-            return OmegaConf.to_yaml(config, resolve=True)
+            return (resolve or (lambda c: OmegaConf.to_yaml(c, resolve=True)))(config)
     finally:
         GlobalHydra.instance().clear()
 
 
-def compose_case(case: str, run_dir: Path) -> str:
-    """A case's resolved config, with its working folder written as ``$RUN``."""
-    script, variables = cases()[case]
+def compose_script(script: str, variables: dict[str, str], run_dir: Path, args: tuple[str, ...] = (),
+                   resolve: Any = None) -> Any:
+    """What ``recipe/<script>.sh ARGS`` launches with the environment ``variables`` in ``run_dir`` (see
+    :func:`compose_command` for ``resolve``)."""
     env = case_env(run_dir, variables)
-    if env.get("CKPT"):
-        Path(env["CKPT"], "actor").mkdir(parents=True, exist_ok=True)  # a checkpoint folder, as verl writes it
-    cmd = launch_command(script, env, cwd=run_dir)
+    cmd = launch_command(script, env, cwd=run_dir, args=args)
     env.pop("PRINT_CMD")
-    if script == "cpu_tiny" or variables.get("SCALE") == "cpu":
+    if script == "cpu_tiny" or env.get("SCALE") == "cpu":
         env["VERL_PLATFORM"] = "cpu"  # exported by the launch script
-    return compose_command(cmd, env, run_dir).replace(str(run_dir), "$RUN")
+    return compose_command(cmd, env, run_dir, resolve=resolve)
+
+
+def compose_case(case: str, run_dir: Path) -> str:
+    """A case's resolved config as YAML, with its working folder written as ``$RUN``."""
+    script, variables = cases()[case]
+    if "CKPT" in variables:  # a checkpoint folder, as verl writes it
+        Path(variables["CKPT"].replace("$RUN", str(run_dir)), "actor").mkdir(parents=True, exist_ok=True)
+    return compose_script(script, variables, run_dir).replace(str(run_dir), "$RUN")
 
 
 def pin_path(case: str) -> Path:

@@ -27,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from verl_ext.checks.recipe_env import recipe_env_error
+from verl_ext.checks.validation import LOCAL_RAY_ONLY
 from verl_ext.testbed.assets import AssetError, AssetPlan, ensure
 
 
@@ -41,15 +42,18 @@ def _configs_dir() -> Path:
     return Path(str(resources.files("verl_ext.configs")))
 
 
-def resolve(config: DictConfig) -> None:
-    """Resolve every interpolation in place; a recipe variable's bad value becomes a :class:`RecipeStartError`."""
+def resolve(config: DictConfig) -> DictConfig:
+    """``config`` with every interpolation resolved (a new config: a resolver may turn a string into a list, which
+    OmegaConf cannot do in place); a recipe variable's bad value becomes a :class:`RecipeStartError`."""
     try:
-        OmegaConf.resolve(config)
+        resolved = OmegaConf.create(OmegaConf.to_container(config, resolve=True))
     except OmegaConfBaseException as exc:
         cause = recipe_env_error(exc)
         if cause is None:
             raise
         raise RecipeStartError(str(cause)) from exc
+    OmegaConf.set_struct(resolved, OmegaConf.is_struct(config))
+    return resolved
 
 
 def _leaf_keys(node: Any, prefix: str = "") -> list[str]:
@@ -122,12 +126,12 @@ def wandb_offline(config: DictConfig, environ: dict[str, str] | None = None) -> 
     return went_offline
 
 
-def prepare(config: DictConfig) -> None:
-    """Resolve ``config``; for a recipe, print its CPU sizes, build its assets and set up its loggers."""
-    resolve(config)
+def prepare(config: DictConfig) -> DictConfig:
+    """``config`` resolved; for a recipe, its CPU sizes printed, its assets built and its loggers set up."""
+    config = resolve(config)
     recipe = OmegaConf.select(config, "verl_ext.recipe")
     if recipe is None:
-        return
+        return config
     if recipe.get("scale") == "cpu":
         print("\n".join(scale_lines(config)), file=sys.stderr)
     if recipe.get("assets"):
@@ -137,10 +141,11 @@ def prepare(config: DictConfig) -> None:
             raise RecipeStartError(str(exc)) from exc
     if os.environ.get("RAY_ADDRESS") and os.environ.get("VERL_PLATFORM") == "cpu":
         with open_dict(config):
-            for key in ("num_cpus", "num_gpus", "include_dashboard"):
+            for key in LOCAL_RAY_ONLY:
                 OmegaConf.update(config, f"ray_kwargs.ray_init.{key}", None, force_add=True)
     for key in ("data.train_files", "data.val_files"):
         for path in OmegaConf.select(config, key) or []:
             if not Path(path).exists():
                 print(f"warning: {path} ({key}) does not exist on this node (prepare it with scripts/data/)", file=sys.stderr)
     wandb_offline(config)
+    return config
