@@ -138,11 +138,16 @@ def test_hydra_group_composes_into_verl_cli(loss):
 
 
 def test_every_yaml_key_has_a_comment():
-    for path in sorted((ROOT / "configs").rglob("*.yaml")):
+    """Every top-level key and every key with a value, in the config groups and the recipes, has a comment line
+    right above it."""
+    for path in sorted([*(ROOT / "configs").rglob("*.yaml"), *(ROOT / "recipe").glob("*.yaml")]):
         lines = path.read_text().splitlines()
         for i, line in enumerate(lines):
-            if line and not line.startswith((" ", "#", "-")) and ":" in line:
-                assert i > 0 and lines[i - 1].startswith("#"), f"{path.name}:{i + 1} '{line}' has no comment"
+            text = line.strip()
+            if not text or text.startswith(("#", "-")) or ":" not in text:
+                continue
+            if not line.startswith(" ") or text.partition(":")[2].strip():
+                assert i > 0 and lines[i - 1].strip().startswith("#"), f"{path.name}:{i + 1} '{line}' has no comment"
 
 
 @pytest.mark.skipif(not (ROOT / "pyproject.toml").exists(), reason="needs the source tree")
@@ -154,8 +159,10 @@ def test_wheel_ships_configs_and_entry_point(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     for loss in (*LOSSES, "base"):
         assert f"verl_ext/configs/policy_loss/{loss}.yaml" in names
-    recipes = {p.name for p in (ROOT / "recipe").glob("*.sh")}
-    assert {n.split("/")[-1] for n in names if n.startswith("verl_ext/recipe/") and n.endswith(".sh")} == recipes
+    recipes = {p.name for p in (ROOT / "recipe").iterdir() if p.suffix in (".sh", ".yaml")}
+    assert {n.split("/")[-1] for n in names if n.startswith("verl_ext/recipe/") and n.endswith((".sh", ".yaml"))} == recipes
+    for group in ("family", "scale", "scale/model", "loss_actor", "entropy_control", "eval_protocol", "cpu_tiny"):
+        assert any(n.startswith(f"verl_ext/configs/{group}/") and n.endswith(".yaml") for n in names), group
     for package in ("testbed", "driver", "checks", "control"):  # the packages of the new layout
         assert f"verl_ext/{package}/__init__.py" in names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))

@@ -62,9 +62,9 @@ def test_the_wheel_ships_the_repositorys_recipes_and_configs(tmp_path):
                           timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     (wheel,) = out.glob("verl_ext-*.whl")
-    recipes = [n for n in _tracked("recipe") if n.endswith(".sh")]
+    recipes = [n for n in _tracked("recipe") if n.endswith((".sh", ".yaml"))]
     configs = [n for n in _tracked("configs") if n.endswith(".yaml")]
-    assert "recipe/cpu_tiny.sh" in recipes and "recipe/common.sh" in recipes and configs
+    assert {"recipe/cpu_tiny.sh", "recipe/cpu_tiny.yaml", "recipe/launch.sh"} <= set(recipes) and configs
     with zipfile.ZipFile(wheel) as archive:
         shipped = set(archive.namelist())
         for name in recipes + configs:

@@ -143,11 +143,16 @@ def test_group_file_sets_its_defaults_and_plain_loss_mode_keeps_base(compose):
     assert plain.cov_scope == "batch" and plain._target_ == "verl_ext.config.PolicyLossConfig"
     default = compose().actor_rollout_ref.actor.policy_loss
     assert default.loss_mode == "vanilla" and default.entropy_mask_low == 0.8
-    # the ERC group files carry the papers' 7B values (README: "the papers' values")
-    grpo = compose("policy_loss@actor_rollout_ref.actor.policy_loss=grpo_erc").actor_rollout_ref.actor.policy_loss
-    assert (grpo.entropy_mask_low, grpo.entropy_mask_high) == (0.95, 1.05)
-    gppo = compose("policy_loss@actor_rollout_ref.actor.policy_loss=gppo_erc").actor_rollout_ref.actor.policy_loss
-    assert (gppo.entropy_mask_low, gppo.entropy_mask_high, gppo.gppo_beta1, gppo.gppo_beta2) == (0.95, 1.05, 1.0, 1.0)
+    # every group file's own values (the papers', written there only) reach the composed loss config
+    import yaml
+
+    for loss in ("grpo_erc", "gppo_erc", "clip_cov", "high_entropy", "entropy_adv"):
+        node = compose(f"policy_loss@actor_rollout_ref.actor.policy_loss={loss}").actor_rollout_ref.actor.policy_loss
+        own = yaml.safe_load((ROOT / "configs" / "policy_loss" / f"{loss}.yaml").read_text())
+        own.pop("defaults")
+        for key, value in own.items():
+            if "${" not in str(value):
+                assert node[key] == value, (loss, key)
 
 
 SDPA = "+actor_rollout_ref.model.override_config.attn_implementation=sdpa"
