@@ -58,11 +58,19 @@ def test_skywork_defaults_are_the_or1_scripts_values_and_leave_zero_below_target
         assert m["entropy_control/saturated"] == float(step > 50), step
 
 
-def test_pi_on_the_coefficient_needs_a_positive_zero_error_value():
-    """The default coef_init (0, Skywork's start) is outside pi's positive log-space range: an error naming it."""
-    with pytest.raises(ConfigError) as info:
-        EntropyControlConfig(enable=True, controller="pi", actuator="entropy_coef", coef_min=1e-4)
-    assert info.value.key == "verl_ext.entropy_control.coef_init" and "[coef_min, coef_max]" in info.value.message
+def test_pi_on_the_coefficient_takes_the_default_bounds_and_starts_from_the_bottom_of_its_log_range():
+    """The coefficient's defaults (coef_min 0, coef_init 0, coef_max 0.005) are accepted with pi: its log range
+    starts at coef_max x LOG_FLOOR = 5e-6, also its value at zero error. By hand, kp 1, ki 0, target 1:
+      H = 1 / e: e = 1, log u = log 5e-6 + 1 -> 5e-6 e;  H = 1: e = 0 -> 5e-6 (the bottom, clamped: saturated)."""
+    from verl_ext.control.controllers import LOG_FLOOR
+
+    cfg = EntropyControlConfig(enable=True, controller="pi", actuator="entropy_coef", target=1.0, kp=1.0, ki=0.0)
+    assert (cfg.coef_min, cfg.coef_init, cfg.coef_max) == (0.0, 0.0, 0.005) and LOG_FLOOR == 1e-3
+    controller = EntropyController(cfg)
+    assert controller.update(1, math.exp(-1.0))[0] == pytest.approx(5e-6 * math.e, rel=1e-12)
+    value, metrics = controller.update(2, 1.0)
+    assert value == pytest.approx(5e-6, rel=1e-12) and metrics["entropy_control/saturated"] == 0.0
+    assert controller.update(3, math.e)[1]["entropy_control/saturated"] == 1.0
 
 
 def test_entropic_law_on_a_trajectory_computed_by_hand():
@@ -138,13 +146,19 @@ def test_refused_pairs_name_the_key_and_say_why(controller, actuator):
         EntropyControlConfig(enable=True, controller=controller, actuator=actuator)
     assert info.value.key == "verl_ext.entropy_control.actuator"
     assert REFUSED[(controller, actuator)] in info.value.message
-    assert len(PAIRS) + len(REFUSED) == 9  # every pair is either allowed or refused with a reason
+    assert len(PAIRS) + len(REFUSED) == 12  # every pair is either allowed or refused with a reason
 
 
 @pytest.mark.parametrize(
     ("values", "key", "words"),
-    [({"controller": "bangbang"}, "controller", "['pi', 'skywork', 'entropic']"),
-     ({"controller": "pi", "actuator": "entropy_coef"}, "coef_min", "log space"),
+    [({"controller": "bangbang"}, "controller", "['pi', 'skywork', 'entropic', 'auto']"),
+     ({"controller": "pi", "actuator": "entropy_coef", "coef_min": -0.001}, "coef_min", "allowed 0.0 <= coef_min"),
+     ({"controller": "auto", "actuator": "entropy_coef", "coef_min": -0.2, "coef_max": 0.1}, "coef_min",
+      "-coef_max <= coef_min < coef_max"),
+     ({"controller": "auto", "actuator": "cov_ratio", "auto_memory": 1}, "auto_memory", "an integer >= 2"),
+     ({"controller": "auto", "actuator": "cov_ratio", "auto_lag": 5}, "auto_lag", "an integer in [0, 4]"),
+     ({"controller": "auto", "actuator": "cov_ratio", "auto_lag": 1.5}, "auto_lag", "an integer in [0, 4]"),
+     ({"controller": "pi", "actuator": "cov_ratio", "auto_memory": 40}, "auto_memory", "controller=pi ignores it"),
      ({"controller": "skywork", "actuator": "entropy_coef", "coef_init": 0.9}, "coef_init", "[coef_min, coef_max]"),
      ({"controller": "entropic", "actuator": "pos_weight", "weight_max": 2.0}, "weight_min", "<= 1.0"),
      ({"controller": "skywork", "actuator": "entropy_coef", "skywork_delta": 0}, "skywork_delta", "> 0"),

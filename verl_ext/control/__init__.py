@@ -5,6 +5,7 @@ use it.
 | --- | --- |
 | ``autopilot`` | the entropy autopilot: its keys (``verl_ext.entropy_control``), the target schedule, controller + actuator composed, its checkpointed state |
 | ``controllers`` | the laws: ``pi`` (log-space PI), ``skywork`` (Skywork-OR1's +-delta rule and gate), ``entropic`` (EntroPIC's PI) |
+| ``self_tuning`` | ``auto``: learns its measurement noise, the drift and the actuator's gain online and steers the filtered entropy |
 | ``actuators`` | what a law moves: ``cov_ratio``, ``entropy_coef``, ``pos_weight``; the pairs that make sense, and why the others do not |
 
 May import: ``verl_ext.config`` and ``verl_ext.contract`` only.

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 ACTUATORS = ("cov_ratio", "entropy_coef", "pos_weight")
 
 PAIRS = frozenset({("pi", "cov_ratio"), ("pi", "entropy_coef"), ("skywork", "entropy_coef"),
-                   ("entropic", "pos_weight"), ("entropic", "entropy_coef")})  # fmt: skip
+                   ("entropic", "pos_weight"), ("entropic", "entropy_coef"),
+                   ("auto", "cov_ratio"), ("auto", "entropy_coef"), ("auto", "pos_weight")})  # fmt: skip
 """The (controller, actuator) pairs that make sense; :data:`REFUSED` says why each other pair does not."""
 
 REFUSED = {

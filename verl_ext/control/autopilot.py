@@ -3,7 +3,8 @@
 The target ``H*`` (nats per token; constant or scheduled) is compared each step with the batch's measured entropy
 ``H`` - the mean per-token entropy of the old-log-prob pass, which verl computes anyway - before the update of the
 same step (no lag). A controller (:mod:`~verl_ext.control.controllers`: ``pi`` in log space, Skywork-OR1's
-``skywork`` rule, EntroPIC's ``entropic`` law) turns the gap into the value of an actuator
+``skywork`` rule, EntroPIC's ``entropic`` law; :mod:`~verl_ext.control.self_tuning`: ``auto``, which measures its
+noise and learns its plant) turns the gap into the value of an actuator
 (:mod:`~verl_ext.control.actuators`: Clip-Cov's / KL-Cov's selection ratio ``cov_ratio``, the entropy-loss
 coefficient ``entropy_coef``, EntroPIC's weight ``pos_weight``); :data:`~verl_ext.control.actuators.PAIRS` lists
 the pairs that make sense. Everything here is pure Python (no torch, no verl): :class:`EntropyControlConfig` (the
@@ -22,12 +23,18 @@ from verl_ext.contract import (CONTROL_ACTUATOR_KEYS, CONTROL_ENTROPY, CONTROL_E
                                CONTROL_INTEGRATIONS, CONTROL_LIMITED, CONTROL_SATURATED, CONTROL_TARGET,
                                CONTROL_VALUE)
 from verl_ext.control.actuators import ACTUATORS, PAIRS, REFUSED, Actuator, actuator_from_config
-from verl_ext.control.controllers import CONTROLLERS, Controller, PIController, make_controller, state_dict
+from verl_ext.control.controllers import CONTROLLERS as FIXED_LAW_CONTROLLERS
+from verl_ext.control.controllers import Controller, PIController, make_controller, state_dict
+from verl_ext.control.self_tuning import SelfTuningController
 
 AUTOPILOT_CONFIG_PREFIX = "verl_ext.entropy_control."
 SCHEDULES = ("constant", "linear", "cosine")
 WEIGHT_NORMS = ("high_prob", "all_tokens")
 """``weight_norm``: what EntroPIC's term is normalised by (:mod:`verl_ext.trainer.actor_loss`)."""
+CONTROLLERS = (*FIXED_LAW_CONTROLLERS, "auto")
+"""Every ``controller`` value: the fixed laws of :mod:`~verl_ext.control.controllers` and the self-tuning ``auto``."""
+AUTO_LAG_MAX = 4
+"""The largest ``auto_lag`` (the committed logs' fits: 0-2 steps)."""
 INTEGRAL_CADENCES = ("mini_batch", "step")
 """``entropic_integral_per``: how often EntroPIC's integral takes the error (:mod:`~verl_ext.control.controllers`)."""
 
@@ -35,6 +42,7 @@ OWNED_KEYS = {
     "kp": ("controller", "pi"), "ki": ("controller", "pi"), "skywork_delta": ("controller", "skywork"),
     "entropic_kp": ("controller", "entropic"), "entropic_ki": ("controller", "entropic"),
     "entropic_integral_per": ("controller", "entropic"),
+    "auto_memory": ("controller", "auto"), "auto_lag": ("controller", "auto"),
     **{f"ratio_{k}": ("actuator", "cov_ratio") for k in ("min", "max", "init")},
     **{f"coef_{k}": ("actuator", "entropy_coef") for k in ("min", "max", "init")},
     **{f"weight_{k}": ("actuator", "pos_weight") for k in ("min", "max", "init", "norm")},
@@ -58,8 +66,9 @@ class EntropyControlConfig(PrefixedConfig):
     starts the controller from its initial state (integral 0, the actuator's init) with a warning."""
 
     controller: str = "pi"
-    """``pi`` (log-space PI, anti-windup), ``skywork`` (Skywork-OR1's +-delta rule with the below-target gate) or
-    ``entropic`` (EntroPIC's linear PI law)."""
+    """``pi`` (log-space PI, anti-windup), ``skywork`` (Skywork-OR1's +-delta rule with the below-target gate),
+    ``entropic`` (EntroPIC's linear PI law) or ``auto`` (self-tuning: measures its noise, learns the actuator's
+    gain and the drift online; :mod:`~verl_ext.control.self_tuning`)."""
 
     actuator: str = "cov_ratio"
     """``cov_ratio`` (Clip-Cov / KL-Cov selection ratio; ``clip_cov`` / ``kl_cov`` with ``cov_scope=batch``),
@@ -113,7 +122,9 @@ class EntropyControlConfig(PrefixedConfig):
 
     coef_min: float = 0.0
     """``entropy_coef``: smallest coefficient (>= 0; Skywork-OR1: 0, ``MIN_ENT_COEF`` of their
-    ``or1_scripts/train/*.sh``). ``pi`` works in log space: set it > 0 (and ``coef_init`` with it)."""
+    ``or1_scripts/train/*.sh``). ``pi`` works in log space: with 0 its range starts at ``coef_max x``
+    :data:`~verl_ext.control.controllers.LOG_FLOOR`. ``auto`` also takes a negative value down to ``-coef_max``
+    (entropy minimisation below 0: a two-sided actuator)."""
 
     coef_max: float = 0.005
     """``entropy_coef``: largest coefficient (> coef_min; Skywork-OR1: 0.005, ``MAX_ENT_COEF`` of their
@@ -122,7 +133,16 @@ class EntropyControlConfig(PrefixedConfig):
     coef_init: float = 0.0
     """``entropy_coef``: start value (``skywork``) or value at zero error (``pi``, ``entropic``), in
     [coef_min, coef_max] (Skywork-OR1: 0, the ``ENTROPY_COEFF`` their ``or1_scripts/train/*.sh`` pass as the
-    controller's initial coefficient). ``pi`` needs a value > 0."""
+    controller's initial coefficient). ``pi`` with 0 starts from the bottom of its log range; ``auto`` ignores it
+    (its drift estimate sets the level)."""
+
+    auto_memory: int = 20
+    """``auto``: the steps over which its estimates of the drift, the actuator's gain and the noise forget (an
+    integer >= 2): the committed runs' entropy level, and with it the plant, moves over tens of steps."""
+
+    auto_lag: int = 1
+    """``auto``: the steps between an update and the first measurement it moves beyond the next (an integer in
+    [0, 4]; the fits of the committed logs: 0-2, one step plus Adam's momentum)."""
 
     weight_min: float = -1.0
     """``pos_weight``: smallest alpha (>= -1; EntroPIC clips alpha to [-1, 1])."""
@@ -167,6 +187,11 @@ class EntropyControlConfig(PrefixedConfig):
         if self.ratio_init is not None and not self.ratio_min <= _number("ratio_init", self.ratio_init) <= self.ratio_max:
             raise EntropyControlConfig.error("ratio_init", f"{self.ratio_init!r} is invalid: allowed null or a number in "
                                       f"[ratio_min, ratio_max] = [{self.ratio_min}, {self.ratio_max}]")  # fmt: skip
+        for key, low, high in (("auto_memory", 2, None), ("auto_lag", 0, AUTO_LAG_MAX)):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+                allowed = f"an integer in [{low}, {high}]" if high is not None else f"an integer >= {low}"
+                raise EntropyControlConfig.error(key, f"{value!r} is invalid: allowed {allowed}")
         for key in ("kp", "ki", "entropic_kp", "entropic_ki"):
             if _number(key, getattr(self, key)) < 0:
                 raise EntropyControlConfig.error(key, f"{getattr(self, key)!r} is invalid: allowed a number >= 0")
@@ -193,11 +218,14 @@ class EntropyControlConfig(PrefixedConfig):
                 raise EntropyControlConfig.error(key, f"{getattr(self, key)!r} is set but {role}={chosen} ignores it "
                                                  f"(it is read by {role}={owner} only): remove it, or choose "
                                                  f"{role}={owner}")  # fmt: skip
-        self._check_range("coef", 0.0, None)
+        if self.controller == "auto" and self.actuator == "entropy_coef":
+            if _number("coef_max", self.coef_max) <= 0 or not -self.coef_max <= _number("coef_min", self.coef_min) < self.coef_max:
+                raise EntropyControlConfig.error("coef_min", f"coef_min={self.coef_min!r}, coef_max={self.coef_max!r} are "
+                                                 "invalid with controller=auto: allowed -coef_max <= coef_min < coef_max, "
+                                                 "coef_max > 0 (below 0 the coefficient minimises entropy)")  # fmt: skip
+        else:
+            self._check_range("coef", 0.0, None)
         self._check_range("weight", -1.0, 1.0)
-        if self.controller == "pi" and self.actuator == "entropy_coef" and self.coef_min <= 0:
-            raise EntropyControlConfig.error("coef_min", f"{self.coef_min!r} is invalid with controller=pi: pi works in "
-                                             "log space, so the coefficient's range must be positive (e.g. 1e-4)")  # fmt: skip
 
     def _check_range(self, prefix: str, floor: float, ceiling: float | None) -> None:
         """``<prefix>_min < <prefix>_max`` within ``[floor, ceiling]``, and ``<prefix>_init`` between them."""
@@ -255,7 +283,8 @@ class EntropyController:
             raise EntropyControlConfig.error("ratio_init", f"the loss's ratio {self.actuator.init!r} is outside [ratio_min, "
                                       f"ratio_max] = [{config.ratio_min}, {config.ratio_max}]: set verl_ext.entropy_control."
                                       "ratio_init or widen the bounds")  # fmt: skip
-        self.controller: Controller = make_controller(config.controller, config)
+        self.controller: Controller = (SelfTuningController(config.auto_memory, config.auto_lag)
+                                       if config.controller == "auto" else make_controller(config.controller, config))  # fmt: skip
         self.last_step: int | None = None
         """The step of the last :meth:`update` (or of the loaded state); a second update of it is an error."""
 
@@ -302,17 +331,23 @@ class EntropyController:
         }
         if decided.gate is not None:
             metrics[CONTROL_GATE] = decided.gate
+        if decided.estimates is not None:
+            metrics.update(decided.estimates)
         metrics.update(metrics_extra)
         return decided.value, metrics
 
-    def actuator_limited(self, limited: bool, metrics: dict) -> None:
+    def actuator_limited(self, limited: bool, metrics: dict, applied: float | None = None) -> None:
         """After the step's selection (``cov_ratio``): ``limited`` when it took fewer tokens than the ratio asked
-        (Clip-Cov's bounds admitted fewer candidates). For ``pi`` that is a bound for its anti-windup
-        (:meth:`~verl_ext.control.controllers.PIController.actuator_limited`): the step's error leaves the integral if
-        it pushed for more. Writes ``entropy_control/limited`` and the integral it leaves to ``metrics``."""
+        (Clip-Cov's bounds admitted fewer candidates); ``applied``: the fraction of the tokens it took. For ``pi`` a
+        limited step is a bound for its anti-windup (:meth:`~verl_ext.control.controllers.PIController.
+        actuator_limited`): the step's error leaves the integral if it pushed for more; ``auto`` learns from the
+        applied fraction instead of the asked ratio. Writes ``entropy_control/limited`` and the integral it leaves to
+        ``metrics``."""
         metrics[CONTROL_LIMITED] = float(limited)
         if limited and isinstance(self.controller, PIController) and self.controller.actuator_limited(self.actuator):
             metrics[CONTROL_INTEGRAL] = self.controller.state.integral
+        if applied is not None and isinstance(self.controller, SelfTuningController):
+            self.controller.applied(self.actuator, float(applied))
 
     def state_dict(self) -> dict[str, Any]:
         return {**state_dict(self.controller), "actuator": self.actuator.name}
@@ -333,6 +368,8 @@ class EntropyController:
 
 
 __all__ = [
+    "AUTO_LAG_MAX",
+    "CONTROLLERS",
     "EntropyControlConfig",
     "EntropyController",
     "INTEGRAL_CADENCES",

@@ -12,7 +12,8 @@ Skywork's gate, the value that turns it off. Every controller reports its error 
     log u_t = clamp(log u0 + d (kp e_t + ki (I_{t-1} + e_t)),  log lo,  log hi)
     I_t     = I_{t-1} + e_t    unless u_t sits on a bound and e_t pushes further into it (anti-windup)
 
-and the same when the actuator delivered less than ``u_t`` in the direction ``e_t`` pushes (Clip-Cov's bounds
+(a range that starts at 0 - the coefficient's default - starts at ``hi x LOG_FLOOR`` in log space, and an init of 0
+there), and the same when the actuator delivered less than ``u_t`` in the direction ``e_t`` pushes (Clip-Cov's bounds
 admitted fewer tokens than the ratio asked: :meth:`PIController.actuator_limited`), a bound that moves with the batch.
 
 ``skywork`` - Skywork-OR1's adaptive entropy control (arXiv 2505.22312, section 3.2.4; their ``EntController``)::
@@ -50,6 +51,10 @@ from typing import Any, ClassVar, Protocol
 from verl_ext.control.actuators import Actuator
 
 CONTROLLERS = ("pi", "skywork", "entropic")
+LOG_FLOOR = 1e-3
+"""``pi`` on a range that starts at 0 (the entropy coefficient's default ``coef_min``): its log range starts at
+``hi x LOG_FLOOR`` (three decades, as the ratio's default [1e-4, 0.2]), which is also its value at zero error when the
+actuator's init is 0 - in effect off, until the integral raises it."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,8 @@ class ControlStep:
     """Whether the law's output was clamped to a bound of the actuator's range."""
     gate: float | None = None
     """``skywork``: 1 while the term applies (entropy below target), else 0; ``None`` for the others."""
+    estimates: dict[str, float] | None = None
+    """``auto``: its estimates (noise, gain, drift, filtered entropy) by metric key; ``None`` for the others."""
 
 
 @dataclass
@@ -99,12 +106,13 @@ class PIController:
         self._integrated = 0.0  # the error the last step added to the integral (0 when anti-windup held it)
 
     def step(self, target: float, entropy: float, actuator: Actuator) -> ControlStep:
-        if actuator.lo <= 0:
-            raise ValueError(f"the pi controller works in log space: the {actuator.name} range must be positive")
+        if actuator.hi <= 0:
+            raise ValueError(f"the pi controller works in log space: the {actuator.name} range must reach above 0")
         error = math.log(target) - math.log(max(entropy, 1e-12))
-        lo, hi = math.log(actuator.lo), math.log(actuator.hi)
+        bottom = actuator.lo if actuator.lo > 0 else actuator.hi * LOG_FLOOR
+        lo, hi = math.log(bottom), math.log(actuator.hi)
         push = actuator.direction * error
-        unclamped = math.log(actuator.init) + actuator.direction * (self.kp * error + self.ki * (self.state.integral + error))
+        unclamped = math.log(max(actuator.init, bottom)) + actuator.direction * (self.kp * error + self.ki * (self.state.integral + error))
         log_value = _clamp(unclamped, lo, hi)
         self._integrated = 0.0
         if not ((unclamped > hi and push > 0) or (unclamped < lo and push < 0)):  # anti-windup
@@ -181,5 +189,5 @@ def state_dict(controller: Controller) -> dict[str, Any]:
     return {"controller": controller.name, **asdict(controller.state)}
 
 
-__all__ = ["CONTROLLERS", "ControlStep", "Controller", "ControllerState", "EntroPICController", "PIController",
+__all__ = ["CONTROLLERS", "LOG_FLOOR", "ControlStep", "Controller", "ControllerState", "EntroPICController", "PIController",
            "SkyworkController", "make_controller", "state_dict"]  # fmt: skip

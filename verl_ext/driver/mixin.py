@@ -98,11 +98,12 @@ class VerlExtDriver:
         self.entropy = None
         return value
 
-    def actuator_limited(self, limited: bool, metrics: dict) -> None:
+    def actuator_limited(self, limited: bool, metrics: dict, applied: float | None = None) -> None:
         """The step's selection took fewer tokens than the autopilot's ratio asked (``cov_ratio``; see
-        :meth:`~verl_ext.control.autopilot.EntropyController.actuator_limited`); a no-op without the autopilot."""
+        :meth:`~verl_ext.control.autopilot.EntropyController.actuator_limited`), and the fraction it took
+        (``applied``); a no-op without the autopilot."""
         if self.controller is not None:
-            self.controller.actuator_limited(limited, metrics)
+            self.controller.actuator_limited(limited, metrics, applied)
 
     def write_lens(self, global_step: int, batch: Mapping[str, torch.Tensor], selected: torch.Tensor) -> int:
         """Write the selected tokens of a padded batch (``responses``, ``advantages``, ``old_log_probs``,

@@ -183,7 +183,9 @@ def update_fields(
         metrics[SELECTION_TIMER] = time.perf_counter() - start
         if actuator == "cov_ratio":  # fewer tokens than the ratio asked: a bound for the controller's anti-windup
             budget, _ = token_budget(float(value), mask.bool())
-            driver.actuator_limited(bool(fields[COV_SELECTED].sum() < budget), metrics)
+            selected = int(fields[COV_SELECTED].sum())
+            applied = selected / max(1, int(mask.bool().sum()))  # the fraction really detached (``auto`` learns from it)
+            driver.actuator_limited(selected < budget, metrics, applied)
         driver.write_lens(global_steps, padded, fields[COV_SELECTED])
     if needs_entropy_selection(actor_config):
         if entropy is None:

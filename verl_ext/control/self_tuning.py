@@ -1,0 +1,235 @@
+"""``auto``: an entropy controller that measures its own noise and learns its plant online (issue 46).
+
+It works in log entropy, on the actuator's *coordinate* ``a`` (:func:`coordinate`): the entropy coefficient and
+EntroPIC's weight as they are (the loss is linear in them), Clip-Cov's / KL-Cov's ratio as ``log(ratio / ratio_min)``
+(it spans decades). ``a = 0`` is the actuator at rest (coefficient or weight 0, the smallest ratio). It assumes the
+plant fitted from the committed logs (:mod:`verl_ext.analysis.plant`)::
+
+    x_{t+1} = x_t + b + g a_{t-L} + w_t        (x: the policy's log entropy; b: drift; g: gain; L: lag)
+    y_t     = x_t + v_t                        (y: the step's measured log entropy; v: which prompts were drawn)
+
+Each step it
+
+1. **learns the plant and its noise together** (recursive prediction-error estimation): a bank of scalar Kalman
+   filters, one per noise ratio ``lambda = Var v / (Var v + Var w)`` on :data:`NOISE_RATIOS`. Each one's innovations
+   are affine in ``(b, g)``, so each keeps the normal equations of its innovations, forgetting over ``memory`` steps
+   (recursive least squares with forgetting), and solves them with the priors: ``g`` from the actuator's range
+   (:data:`RATE_PRIOR` over the range's reach, its own size as standard deviation), ``b = 0`` (standard deviation
+   :data:`RATE_PRIOR`), and a floor (:data:`GAIN_FLOOR` of the prior) that keeps the gain on the actuator's known side
+   of 0. The members are averaged by their likelihood (the scale concentrated out): that gives the measurement noise
+   ``R``, the process noise ``Q``, the drift, the gain and the filtered ``x``. The per-group spread of the step's
+   entropy would measure ``R`` directly, but the controller is handed only the batch's mean entropy
+   (:meth:`~verl_ext.driver.mixin.VerlExtDriver.observe_entropy`), so it uses the innovations of its own filters;
+2. **acts**: it predicts ``x`` over the lag with the actions already taken (``x_{t+L|t}``), and sets ``a`` so that
+   the step after cancels the drift and closes a share ``kappa`` of the predicted gap to the target (the drift
+   estimate is its integral action: there is no integrator to wind up)::
+
+       a_t = (kappa c (log H* - x_{t+L|t}) - b) / g,     c = g^2 / (g^2 + Var g)          (caution)
+       kappa = min(KAPPA, |g| room / sqrt(Var x_{t+L|t}))
+
+   ``room`` is the distance from the drift-cancelling value ``-b / g`` to the bound the feedback pushes towards: a
+   one-sigma error of the prediction moves the actuator at most to that bound, so noise alone does not drive it from
+   bound to bound. The
+   change per step is also limited to what moves the entropy's course by :data:`STEP_SIGMAS` standard deviations of
+   the one-step prediction; then the value is clamped to the range.
+
+Every constant comes from the noise it measures, the actuator's range, or the fit of the committed logs (the
+derivations: ``docs/autopilot.md``); ``memory`` and ``lag`` are keys (``auto_memory``, ``auto_lag``). Pure Python.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from verl_ext.contract import CONTROL_METRIC_PREFIX
+from verl_ext.control.actuators import Actuator
+from verl_ext.control.controllers import ControlStep
+
+NOISE_RATIOS = (0.0, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.65, 0.8, 0.9, 0.95, 0.98)
+"""The bank's ``lambda = R / (R + Q)``: from a noiseless measurement of a wandering entropy (the toy's fit: 0) to a
+noise fifty times the process variance (the real model's fit at 4 x 4: ~0.9)."""
+RATE_PRIOR = 0.1
+"""The gain's prior: the actuator's reach (its farthest bound from rest) moves log H by this much per step - the
+committed logs' fits give 0.05-0.18 (``verl_ext.analysis.plant``). Also the drift's prior standard deviation per
+step."""
+GAIN_FLOOR = 0.1
+"""The gain never goes below this share of its prior, on the actuator's side of 0 (an actuator ten times weaker than
+its range promises is handled as that weak; the drift cancellation ``-b / g`` stays finite)."""
+KAPPA = 0.5
+"""The largest share of the predicted gap closed per step: stable (closing factor ``kappa g_true / g`` below 2) with
+a gain under-estimated up to 4x."""
+STEP_SIGMAS = 2.0
+"""The per-step change of the actuator moves the entropy's course by at most this many standard deviations of the
+one-step prediction."""
+PRIOR_NOISE = 0.25
+"""The total noise (standard deviation of a one-step prediction in log H) the bank starts from: between the toy's
+~0.05 and the real model's ~0.5 (``verl_ext.analysis.plant``); worth :data:`PRIOR_STEPS` steps, forgotten as the
+data are."""
+PRIOR_STEPS = 0.5
+"""How many steps of evidence :data:`PRIOR_NOISE` counts for at the start: the first measurement outweighs it."""
+
+NOISE = CONTROL_METRIC_PREFIX + "noise"
+PROCESS_NOISE = CONTROL_METRIC_PREFIX + "process_noise"
+GAIN = CONTROL_METRIC_PREFIX + "gain"
+DRIFT = CONTROL_METRIC_PREFIX + "drift"
+FILTERED = CONTROL_METRIC_PREFIX + "filtered_entropy"
+ESTIMATE_KEYS = (NOISE, PROCESS_NOISE, GAIN, DRIFT, FILTERED)
+
+
+def coordinate(actuator: Actuator) -> tuple[str, float, float]:
+    """``(scale, a_lo, a_hi)``: ``log`` for ``cov_ratio`` (``a = log(u / lo)``), else ``linear`` (``a = u``)."""
+    if actuator.name == "cov_ratio":
+        return "log", 0.0, math.log(actuator.hi / actuator.lo)
+    return "linear", actuator.lo, actuator.hi
+
+
+def to_coordinate(actuator: Actuator, value: float) -> float:
+    scale, lo, hi = coordinate(actuator)
+    if scale == "log":
+        return math.log(max(value, actuator.lo) / actuator.lo)
+    return float(value)
+
+
+def from_coordinate(actuator: Actuator, a: float) -> float:
+    scale, _, _ = coordinate(actuator)
+    return actuator.lo * math.exp(a) if scale == "log" else a
+
+
+@dataclass
+class SelfTuningState:
+    """What a checkpoint keeps (JSON-safe): the bank of filters with their normal equations, the recent actions and
+    the step."""
+
+    integral: float = 0.0
+    """The drift's share of the actuator, ``-b / g`` (its integral action), as logged."""
+    value: float | None = None
+    step: int = 0
+    bank: list[list[float]] = field(default_factory=list)
+    """Per noise ratio (:data:`NOISE_RATIOS`): ``[c0, c_b, c_g, P, A_bb, A_bg, A_gg, v_b, v_g, s, log_S, n]``: the
+    filtered state's affine form ``c0 + c_b b + c_g g`` and its variance (unit scale), and the forgetting-weighted
+    normal equations of the innovations (``A``, ``v``, ``s``), the sum of their log variances and their weight."""
+    actions: list[float] = field(default_factory=list)
+    """The applied coordinates of the last ``lag + 1`` steps, oldest first."""
+    last: float | None = None
+    """The coordinate set last step (before a cap)."""
+    estimate: list[float] = field(default_factory=list)
+    """``[x, b, g, Var b, Var g, R, Q, Var x]`` after the last step."""
+    seen: int = 0
+    """The measurements taken (the noise prior fades with them)."""
+
+
+class SelfTuningController:
+    """``auto`` (module docstring)."""
+
+    name: ClassVar[str] = "auto"
+
+    def __init__(self, memory: int = 20, lag: int = 1, prior_gain: float | None = None):
+        """``memory``: steps over which the drift, gain and noise estimates forget; ``lag``: the steps between an
+        update and the first measurement it moves beyond the next; ``prior_gain``: the gain's prior per unit of the
+        coordinate (``None``: :data:`RATE_PRIOR` over the actuator's reach - its farther bound's distance from rest - signed
+        by its direction)."""
+        self.memory, self.lag, self.prior_gain = int(memory), int(lag), prior_gain
+        self.state = SelfTuningState()
+
+    def _prior(self, actuator: Actuator) -> float:
+        if self.prior_gain is not None:
+            return float(self.prior_gain)
+        _, lo, hi = coordinate(actuator)
+        return actuator.direction * RATE_PRIOR / max(abs(lo), abs(hi))
+
+    def _estimate(self, actuator: Actuator) -> list[float]:
+        """``[x, b, g, Var b, Var g, R, Q, Var x]``: each member's solution of its normal equations with the priors
+        (``b = 0`` with standard deviation :data:`RATE_PRIOR`; ``g`` = the prior gain with its own size as standard
+        deviation) and the noise prior (:data:`PRIOR_NOISE`, worth :data:`PRIOR_STEPS` steps at the start and
+        forgotten as the data are), averaged over the members weighted by their likelihood."""
+        st = self.state
+        g0 = self._prior(actuator)
+        fade = PRIOR_STEPS * (1.0 - 1.0 / self.memory) ** st.seen
+        scored = []
+        for c0, cb, cg, p, abb, abg, agg, vb, vg, ss, logs, n in st.bank:
+            scale = (ss + fade * PRIOR_NOISE**2) / (n + fade)
+            for _ in range(2):  # the priors' precisions in units of the member's scale, which the fit revises
+                lb, lg = scale / RATE_PRIOR**2, scale / (g0 * g0)
+                m11, m12, m22 = abb + lb, abg, agg + lg
+                det = m11 * m22 - m12 * m12
+                b = (m22 * vb - m12 * (vg + lg * g0)) / det
+                g = (m11 * (vg + lg * g0) - m12 * vb) / det
+                rss = ss - 2 * (b * vb + g * vg) + b * b * abb + 2 * b * g * abg + g * g * agg
+                scale = max((rss + fade * PRIOR_NOISE**2) / (n + fade), 1e-12)
+            ll = -0.5 * (n + fade) * math.log(scale) - 0.5 * logs
+            scored.append((ll, c0 + cb * b + cg * g, b, g, scale * m22 / det, scale * m11 / det, p * scale, scale))
+        top = max(row[0] for row in scored)
+        weights = [math.exp(row[0] - top) for row in scored]
+        total = sum(weights)
+        avg = [sum(w * row[i] for w, row in zip(weights, scored)) / total for i in range(1, 7)]
+        R = sum(w * lam * row[7] for w, lam, row in zip(weights, NOISE_RATIOS, scored)) / total
+        Q = sum(w * (1 - lam) * row[7] for w, lam, row in zip(weights, NOISE_RATIOS, scored)) / total
+        x, b, g, var_b, var_g, var_x = avg
+        floor = GAIN_FLOOR * abs(g0)
+        if actuator.direction * g < floor:
+            g = actuator.direction * floor
+        return [x, b, g, var_b, var_g, R, Q, var_x]
+
+    def _observe(self, y: float) -> None:
+        """One step of every member's filter: its innovation ``y - c0 - c_b b - c_g g`` (affine in the drift and the
+        gain) enters its normal equations, forgetting over ``memory`` steps."""
+        st = self.state
+        forget = 1.0 - 1.0 / self.memory
+        a_lag = st.actions[-1 - self.lag] if len(st.actions) > self.lag else 0.0
+        for row, lam in zip(st.bank, NOISE_RATIOS):
+            c0, cb, cg, p, abb, abg, agg, vb, vg, ss, logs, n = row
+            cb, cg = cb + 1.0, cg + a_lag  # predict: x + b + g a_{t-1-L}
+            p += 1.0 - lam
+            S = p + lam
+            t = y - c0
+            row[4:] = [forget * abb + cb * cb / S, forget * abg + cb * cg / S, forget * agg + cg * cg / S,
+                       forget * vb + cb * t / S, forget * vg + cg * t / S, forget * ss + t * t / S,
+                       forget * logs + math.log(S), forget * n + 1.0]  # fmt: skip
+            k = p / S
+            row[0:4] = [(1 - k) * c0 + k * y, (1 - k) * cb, (1 - k) * cg, (1 - k) * p]
+
+    def step(self, target: float, entropy: float, actuator: Actuator) -> ControlStep:
+        st = self.state
+        y = math.log(max(entropy, 1e-12))
+        st.seen += 1
+        if not st.bank:
+            st.bank = [[y, 0.0, 0.0, lam, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0] for lam in NOISE_RATIOS]
+            st.actions = []
+        else:
+            self._observe(y)
+        x, b, g, var_b, var_g, R, Q, var_x = st.estimate = self._estimate(actuator)
+        S = R + Q + var_b
+        pending = st.actions[-self.lag:] if self.lag > 0 else []
+        x_ahead = x + self.lag * b + g * sum(pending)
+        error = math.log(target) - x_ahead
+        unsure = var_x + self.lag * Q + self.lag**2 * var_b  # the variance of x_{t+L|t}
+        _, lo, hi = coordinate(actuator)
+        rest = min(max(-b / g, lo), hi)
+        room = hi - rest if error * g > 0 else rest - lo  # toward the bound the feedback pushes to
+        kappa = min(KAPPA, abs(g) * room / math.sqrt(max(unsure, 1e-12)))
+        wanted = (kappa * g * g / (g * g + var_g) * error - b) / g
+        if st.last is not None:
+            limit = STEP_SIGMAS * math.sqrt(S) / abs(g)
+            wanted = min(max(wanted, st.last - limit), st.last + limit)
+        a = min(max(wanted, lo), hi)
+        saturated = wanted <= lo or wanted >= hi
+        st.last = a
+        st.actions = (st.actions + [a])[-(self.lag + 1):]
+        st.integral = -b / g
+        value = from_coordinate(actuator, a)
+        st.value = value
+        estimates = {NOISE: math.sqrt(R), PROCESS_NOISE: math.sqrt(Q), GAIN: g, DRIFT: b, FILTERED: math.exp(x)}
+        return ControlStep(value, math.log(target) - x, st.integral, saturated, estimates=estimates)
+
+    def applied(self, actuator: Actuator, value: float) -> None:
+        """The value the actuator really applied this step (Clip-Cov's selected fraction, when its candidates
+        admitted fewer tokens than asked): the filter learns from it."""
+        if self.state.actions:
+            self.state.actions[-1] = to_coordinate(actuator, value)
+
+
+__all__ = ["ESTIMATE_KEYS", "GAIN_FLOOR", "KAPPA", "NOISE_RATIOS", "PRIOR_NOISE", "PRIOR_STEPS", "RATE_PRIOR",
+           "STEP_SIGMAS", "SelfTuningController",
+           "SelfTuningState", "coordinate", "from_coordinate", "to_coordinate"]  # fmt: skip
