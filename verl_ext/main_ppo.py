@@ -67,7 +67,7 @@ def run(config: DictConfig) -> int:
         print(f"verl_ext: invalid environment: {exc}", file=sys.stderr)
         return 2
     try:
-        recipe_startup.prepare(config)
+        config = recipe_startup.prepare(config)
     except recipe_startup.RecipeStartError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

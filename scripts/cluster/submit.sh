@@ -28,7 +28,7 @@ die() { echo "error: $*" >&2; exit 2; }
 available_recipes() {
     local f names=()
     for f in "$REPO_ROOT"/recipe/*.sh; do
-        [[ "$(basename "$f")" == common.sh ]] || names+=("$(basename "$f" .sh)")
+        [[ "$(basename "$f")" == launch.sh ]] || names+=("$(basename "$f" .sh)")
     done
     echo "${names[*]}"
 }

@@ -1,6 +1,7 @@
-"""The GPU recipes users launch, run through their own scripts in CPU mode: ``SCALE=cpu bash recipe/<name>.sh``.
+"""The GPU recipes users launch, run through their own scripts in CPU mode: ``SCALE=cpu bash recipe/<name>.sh``, one
+launch per code path (``RECIPES``; every recipe's composition is pinned in tests/scripts/test_recipe_pins.py).
 
-``SCALE=cpu`` (``recipe/common.sh``) changes sizes only - model, data, lengths, batch and token budgets, two training
+``SCALE=cpu`` (``configs/scale/cpu.yaml``) changes sizes only - model, data, lengths, batch and token budgets, two training
 processes, 3 steps, DAPO's validation n = 2, learning rate - and keeps the recipe's structure: verl's V1 trainer (DAPO) or
 legacy trainer (two GSM8K recipes here), dynamic batch size over 2 data-parallel ranks, gradient checkpointing, DAPO's
 dynamic sampling and ``dapo`` reward manager with its overlong buffer, verl's ``gsm8k`` / ``math_dapo`` scorers on
@@ -49,28 +50,35 @@ ABOVE_TINY_ENTROPY = 10.0
 """A target far above the warmed-up tiny model's entropy (~0.4 nats per token at SCALE=cpu), so that Skywork's gate
 opens and the coefficient controllers raise it; Skywork-OR1's own target (0.2) lies below it."""
 
+SKYWORK = ("+entropy_control@verl_ext.entropy_control=skywork", f"verl_ext.entropy_control.target={ABOVE_TINY_ENTROPY}")
+"""Skywork-OR1's controller with its values (configs/entropy_control/skywork.yaml, as recipe/dapo_skywork.yaml selects
+it), its target above the tiny model's entropy so that its gate opens."""
+
+ENTROPIC = ("+entropy_control@verl_ext.entropy_control=entropic",
+            # EntroPIC at its script's target 0.1 sharpens the tiny policy (alpha ~ +0.4): in one CI run of five step 3
+            # drew 36 prompts without a mixed group and verl_ext's refill bound stopped the run; 30 batches give it room
+            "algorithm.filter_groups.max_num_gen_batches=30")  # fmt: skip
+"""EntroPIC's controller with its values (configs/entropy_control/entropic.yaml, as recipe/dapo_entropic.yaml)."""
+
 RECIPES: dict[str, tuple[str, ...]] = {
-    "dapo_baseline": (),
     "dapo_high_entropy": (),
-    "dapo_entropy_adv": (),
-    "dapo_skywork": (f"verl_ext.entropy_control.target={ABOVE_TINY_ENTROPY}",),
-    # EntroPIC at its script's target 0.1 sharpens the tiny policy (alpha ~ +0.4): in one CI run of five step 3
-    # drew 36 prompts without a mixed group and verl_ext's refill bound stopped the run; 30 batches give it room
-    "dapo_entropic": ("algorithm.filter_groups.max_num_gen_batches=30",),
-    "dapo_clip_cov": (),
+    "dapo_entropy_adv": SKYWORK,
+    "dapo_clip_cov": ENTROPIC,
     "dapo_kl_cov": (),
-    "dapo_grpo_erc": (),
     "dapo_gppo_erc": (),
     "gsm8k_grpo_vanilla": ("trainer.use_v1=False", *PI_COEF),
-    "gsm8k_grpo_kl_cov": (),
-    "gsm8k_grpo_clip_cov": (),
     "gsm8k_grpo_erc": ("trainer.use_v1=False",),
     "gsm8k_grpo_kl_clip": ENTROPIC_COEF,
 }
-"""Every GPU recipe, with the only overrides beside SCALE=cpu: two GSM8K recipes (an ERC loss among them) on verl's
-legacy trainer; Skywork's target above the tiny model's entropy; and, to cover every (controller, actuator) pair
-without more runs, two GSM8K recipes carry the entropy autopilot on the entropy coefficient (pi on the legacy trainer,
-entropic on V1). PI on the selection ratio runs in tests/e2e/test_e2e_cpu.py (the demo), as do the SIGKILL tests."""
+"""The launches of verl's trainer through a recipe script, each proving what no pinned config and no other launch does
+(docs/testing.md lists what each proves): every loss acting (vanilla under GSM8K's PI run; Clip-Cov, KL-Cov, GPPO-ERC,
+high_entropy, entropy_adv on DAPO; ERC on the real model; KL clipping), every (controller, actuator) pair (Skywork-OR1
+on entropy_adv's launch, EntroPIC on Clip-Cov's, PI and EntroPIC on the coefficient on GSM8K's; PI on the selection
+ratio in tests/e2e/test_e2e_cpu.py, the demo), both trainers (two GSM8K launches on verl's legacy trainer), each
+family's machinery (DAPO's dynamic sampling, reward manager and overlong buffer; verl's gsm8k scorer), the real model.
+What the other recipes launch - the DAPO baseline, GSM8K's Clip-Cov and KL-Cov, DAPO's ERC, and dapo_skywork /
+dapo_entropic as written - is the same code on the same paths, and their compositions are pinned
+(tests/scripts/test_recipe_pins.py)."""
 
 
 RECIPE_ENV: dict[str, dict[str, str]] = {"gsm8k_grpo_erc": {"MODEL": "smollm2"}}
@@ -167,7 +175,7 @@ def test_dapo_dynamic_sampling_keeps_and_evicts_groups(runs, name):
     assert evicted > 0, "no group was evicted in 3 steps"
 
 
-@pytest.mark.parametrize("name", ["dapo_grpo_erc", "dapo_gppo_erc", "gsm8k_grpo_erc"])
+@pytest.mark.parametrize("name", ["dapo_gppo_erc", "gsm8k_grpo_erc"])
 def test_erc_keeps_every_on_policy_token_and_masks_after_an_update(runs, name):
     """Step 1 (lr 0): the old-log-prob pass and the update packed the rows into different dynamic micro-batches on two
     ranks, yet every token met its own old entropy (fp32): ratio 1, nothing masked. After updates the papers' band
@@ -188,7 +196,7 @@ COV_RATIO = 0.1
 batches, and whether that token lands in the second mini-batch (where KL-Cov's penalty acts) would be a coin toss."""
 
 
-@pytest.mark.parametrize(("name", "ratio"), [("dapo_kl_cov", COV_RATIO), ("gsm8k_grpo_kl_cov", COV_RATIO)])
+@pytest.mark.parametrize(("name", "ratio"), [("dapo_kl_cov", COV_RATIO)])
 def test_kl_cov_selects_its_budget_and_penalises_after_an_update(runs, name, ratio):
     run = runs(name)
     for step in (1, 2, 3):
@@ -197,7 +205,7 @@ def test_kl_cov_selects_its_budget_and_penalises_after_an_update(runs, name, rat
     assert max(run.values("actor/kl_cov/abs_kl_selected")) > 0.0
 
 
-@pytest.mark.parametrize("name", ["dapo_clip_cov", "gsm8k_grpo_clip_cov"])
+@pytest.mark.parametrize("name", ["dapo_clip_cov"])
 def test_clip_cov_selects_at_most_its_budget_from_its_candidates(runs, name):
     """The papers' bounds (1, 5) admit only some tokens of an ~80-token batch (``candidate_frac``): every step the
     selection takes min(budget, candidates) of them, with covariances inside the bounds.
@@ -220,7 +228,7 @@ def test_clip_cov_selects_at_most_its_budget_from_its_candidates(runs, name):
 
 
 KL_CLIP_THRESHOLD = 0.1
-"""The KL-clipping recipe's soft threshold, per token (``recipe_kl_clip soft 0.1``)."""
+"""The KL-clipping recipe's soft threshold, per token (``configs/kl_clip/soft.yaml``)."""
 
 
 def test_kl_clipping_recipe_clips_the_kl_loss(runs):
@@ -282,7 +290,7 @@ def test_eval_recipe_scores_a_checkpoint_the_papers_way(runs, tmp_path):
                           text=True, timeout=1200)  # fmt: skip
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-8000:]
-    assert "actor_rollout_ref.rollout.val_kwargs.temperature=0.6" in output
+    assert f"evaluating {ckpt} with protocol erc (do_sample=True temperature=0.6 top_p=0.95 n=8); dumps in " in output
     dumps = ckpt.parent / "eval-erc"
     assert sorted(p.name for p in dumps.iterdir()) == [f"{STEPS}.jsonl"]  # validated at the checkpoint's step
     rows = [json.loads(line) for line in (dumps / f"{STEPS}.jsonl").read_text().splitlines()]
@@ -364,7 +372,7 @@ def _entropy_term_is_the_coefficient_times_the_entropy(run: Run) -> None:
 def test_skywork_raises_the_coefficient_by_delta_below_target(runs):
     """Entropy below the target: gate open, and the coefficient climbs from Skywork-OR1's 0 by their delta 0.0001 a
     step within [0, 0.005] (the rule moves it before the step uses it: min(0.0001 t, 0.005)), applied in the loss."""
-    run = runs("dapo_skywork")
+    run = runs("dapo_entropy_adv")  # Skywork-OR1's controller rides on entropy_adv's launch
     for step in (1, 2, 3):
         assert run.metric(step, "entropy_control/entropy") < ABOVE_TINY_ENTROPY
         assert run.metric(step, "entropy_control/gate") == 1.0
@@ -381,7 +389,7 @@ def test_entropic_sets_alpha_by_its_law_and_the_term_acts(runs):
     """EntroPIC at its script's target 0.1 (far below the tiny model's entropy): alpha = clip(kp (H - H*) + ki I, -1, 1)
     recomputed from the logged entropies, the integral taking each step's error once per mini-batch; the term on
     high-probability tokens is in the loss the backward pass saw (``loss_change``, measured on the loss tensor)."""
-    run = runs("dapo_entropic")
+    run = runs("dapo_clip_cov")  # EntroPIC's controller rides on Clip-Cov's launch
     integral = 0.0
     for step in (1, 2, 3):
         h = run.metric(step, "entropy_control/entropy")

@@ -593,3 +593,26 @@ def test_entropy_target_must_be_a_positive_number(script, tmp_path):
     message = "ENTROPY_TARGET='high' is invalid: allowed a positive number"
     assert message in startup_error(script, tmp_path, ENTROPY_TARGET="high")
     assert at(config(script, tmp_path, ENTROPY_TARGET="1.5"), "verl_ext.entropy_control.target") == 1.5
+
+
+def test_the_documented_own_recipe_composes(tmp_path):
+    """docs/recipes.md's example of a user's own recipe composes as written, from a folder of its own, with the
+    groups' values and its own on top."""
+    import re
+
+    text = (REPO / "docs" / "recipes.md").read_text()
+    section = text[text.index("### Writing your own recipe"):]
+    example = re.search(r"```yaml\n(.*?)```", section, flags=re.S).group(1)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "gsm8k_erc_wide.yaml").write_text(example)
+    (tmp_path / "home").mkdir()
+    cmd = [sys.executable, "-m", "verl_ext.main_ppo", "--config-path", str(tmp_path / "mine"), "--config-name",
+           "gsm8k_erc_wide"]  # fmt: skip
+    from recipe_pins import case_env, compose_command
+
+    cfg = compose_command(cmd, case_env(tmp_path, {}), tmp_path, resolve=lambda c: OmegaConf.to_container(c, resolve=True))
+    assert (at(cfg, LOSS + "loss_mode"), at(cfg, LOSS + "entropy_mask_low"), at(cfg, LOSS + "entropy_mask_high")) == (
+        "grpo_erc", 0.9, 1.1)
+    assert at(cfg, "actor_rollout_ref.model.path") == "Qwen/Qwen2.5-7B-Instruct"
+    assert at(cfg, "actor_rollout_ref.rollout.tensor_model_parallel_size") == 2
+    assert at(cfg, "reward.reward_manager.name") == "naive" and at(cfg, "trainer.experiment_name") == "gsm8k-erc-wide"

@@ -92,6 +92,14 @@ def scale_lines(config: DictConfig) -> list[str]:
     ]
 
 
+def eval_line(config: DictConfig) -> str:
+    """The start-up line of ``recipe/eval.yaml``: what is evaluated, how it is sampled, where the dumps go."""
+    trainer, sampling = config.trainer, config.actor_rollout_ref.rollout.val_kwargs
+    what = trainer.get("resume_from_path") or config.actor_rollout_ref.model.path
+    keys = " ".join(f"{key}={sampling.get(key)}" for key in ("do_sample", "temperature", "top_p", "n"))
+    return f"evaluating {what} with protocol {config.verl_ext.recipe.protocol} ({keys}); dumps in {trainer.validation_data_dir}"
+
+
 def asset_plan(config: DictConfig) -> AssetPlan:
     """What the recipe's assets are, from its config."""
     recipe = config.verl_ext.recipe
@@ -134,6 +142,8 @@ def prepare(config: DictConfig) -> DictConfig:
         return config
     if recipe.get("scale") == "cpu":
         print("\n".join(scale_lines(config)), file=sys.stderr)
+    if recipe.get("protocol"):
+        print(eval_line(config), file=sys.stderr)
     if recipe.get("assets"):
         try:
             ensure(asset_plan(config))

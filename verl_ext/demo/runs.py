@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO, Any
 
 LOSSES = ("vanilla", "clip_cov", "kl_cov", "grpo_erc", "gppo_erc", "high_entropy", "entropy_adv")
-"""The losses ``recipe/cpu_tiny.sh`` takes as ``LOSS`` (each with the papers' settings, ``recipe_loss``)."""
+"""The losses ``recipe/cpu_tiny.sh`` takes as ``LOSS`` (each with its config group, ``configs/policy_loss/<loss>.yaml``)."""
 
 AUTOPILOT_RUN = "autopilot"
 """The run of ``clip_cov`` whose selection ratio the entropy autopilot sets (``--entropy-target``)."""

@@ -1,6 +1,6 @@
 """Assets for running the GPU recipes (``recipe/gsm8k_*.sh``, ``recipe/dapo_*.sh``) at CPU scale (``SCALE=cpu``).
 
-Two steps, with the project's own data preparation in between (``recipe/common.sh`` runs all three):
+Two steps, with the project's own data preparation in between (``python -m verl_ext.testbed.assets`` runs all three):
 
 1. ``python -m verl_ext.testbed.math_assets sources --out SRC`` writes synthetic arithmetic problems ("What is 3 plus
    4?") in the *hub formats* the preparation scripts read: GSM8K (``question``, ``answer`` ending in ``#### N``;
