@@ -4,6 +4,6 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/launch.sh"
 recipe_choice FAMILY dapo "dapo (AIME 2024 + 2025) or gsm8k (GSM8K test)" dapo gsm8k
-recipe_choice PROTOCOL erc "erc (n 32, T 0.6, top-p 0.95), dapo (n 32, T 1.0, top-p 0.7), greedy, custom (your val_kwargs)" \
+recipe_choice PROTOCOL erc "erc, dapo, greedy (configs/eval_protocol/<PROTOCOL>.yaml) or custom (your val_kwargs)" \
     erc dapo greedy custom
 recipe_launch eval "$@"

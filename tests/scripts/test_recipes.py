@@ -147,9 +147,19 @@ def test_recipe_holds_its_groups_values(name, tmp_path):
 
 def test_no_recipe_file_spells_out_a_papers_value():
     """The papers' values live in configs/ groups: no recipe YAML or script sets a loss key, a clip ratio or an
-    entropy-control key itself."""
+    entropy-control key itself, or writes a number of a paper's group."""
+    import re
+
+    numbers = set()
+    for path in [*CONFIGS.glob("policy_loss/*.yaml"), *CONFIGS.glob("loss_actor/*.yaml"), *CONFIGS.glob("entropy_control/*.yaml"),
+                 *CONFIGS.glob("eval_protocol/*.yaml"), *CONFIGS.glob("kl_clip/*.yaml")]:  # fmt: skip
+        for value in flat(group(str(path.relative_to(CONFIGS)))).values():
+            numbers |= {n for n in re.findall(r"\d+\.\d+(?:e-?\d+)?", str(value)) if float(n) not in (0.0, 1.0)}
+    assert "0.95" in numbers and "0.0002" in numbers
     for path in [*RECIPE_DIR.glob("*.yaml"), *RECIPE_DIR.glob("*.sh")]:
         text = path.read_text()
+        found = numbers & set(re.findall(r"\d+\.\d+(?:e-?\d+)?", text))
+        assert not found, f"{path.name} spells out {sorted(found)}"
         for word in ("clip_cov_ratio", "kl_cov_ratio", "entropy_mask", "gppo_beta", "clip_ratio", "skywork_delta",
                      "entropic_k", "high_entropy_ratio", "entropy_adv_", "kl_clip_threshold"):  # fmt: skip
             assert word not in text.replace(f"# {word}", ""), f"{path.name} sets {word}"
@@ -428,7 +438,7 @@ def test_eval_at_cpu_scale_samples_val_n_except_greedy(tmp_path):
 @pytest.mark.parametrize(
     ("variables", "message"),
     [
-        ({"PROTOCOL": "avg32"}, "PROTOCOL='avg32' is invalid: allowed erc (n 32, T 0.6, top-p 0.95), dapo"),
+        ({"PROTOCOL": "avg32"}, "PROTOCOL='avg32' is invalid: allowed erc, dapo, greedy (configs/eval_protocol/"),
         ({"FAMILY": "math"}, "FAMILY='math' is invalid: allowed dapo (AIME 2024 + 2025) or gsm8k"),
     ],
 )
