@@ -1,4 +1,4 @@
-"""``auto``: an entropy controller that measures its own noise and learns its plant online (issue 46).
+"""``auto``: an entropy controller that measures its own noise and learns its plant online.
 
 It works in log entropy, on the actuator's *coordinate* ``a`` (:func:`coordinate`): the entropy coefficient and
 EntroPIC's weight as they are (the loss is linear in them), Clip-Cov's / KL-Cov's ratio as ``log(ratio / ratio_min)``
