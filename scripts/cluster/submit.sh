@@ -9,9 +9,12 @@
 #   submission, never put into the job's environment (the job runs inside the cluster, which has it),
 #   and the recipe variables, forwarded to the job when set: MODEL_PATH DATA_DIR TRAIN_FILE VAL_FILE
 #   CKPTS_DIR NNODES GPUS_PER_NODE PROJECT_NAME EXP_NAME GEN_TP SP_SIZE OFFLOAD LOGGERS WANDB_MODE DRY_RUN
-#   HF_HOME HF_HUB_OFFLINE HF_DATASETS_OFFLINE, and cpu_tiny.sh's LOSS COV_RATIO WORK_DIR STEPS
-#   RESPONSE_LENGTH PROMPTS N LR SEED ASSETS VERL_PLATFORM.
-# The job's runtime environment holds only `working_dir` (a copy of recipe/ and a generated job.sh) and
+#   HF_HOME HF_HUB_OFFLINE HF_DATASETS_OFFLINE MAX_PROMPT_LENGTH MAX_RESPONSE_LENGTH OVERLONG_BUFFER
+#   MAX_NUM_GEN_BATCHES ENTROPY_TARGET, eval.sh's FAMILY PROTOCOL CKPT EVAL_DIR, SCALE=cpu's SCALE MODEL SCALE_DIR
+#   VAL_N, and cpu_tiny.sh's LOSS COV_RATIO WORK_DIR STEPS RESPONSE_LENGTH PROMPTS N LR SEED ASSETS VERL_PLATFORM
+#   (the recipe's YAML reads them inside the job).
+# The job's runtime environment holds only `working_dir` (a copy of recipe/: the scripts and their YAML
+# compositions, and a generated job.sh) and
 # `env_vars`: it installs nothing; verl, vLLM and verl_ext must already be installed on every node.
 # Secrets (WANDB_API_KEY) are never forwarded: export them before `ray start` or run `wandb login` on the nodes.
 set -euo pipefail
@@ -21,6 +24,8 @@ REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 source "$REPO_ROOT/scripts/cluster/token.sh"
 FORWARDED_VARS=(MODEL_PATH DATA_DIR TRAIN_FILE VAL_FILE CKPTS_DIR NNODES GPUS_PER_NODE PROJECT_NAME EXP_NAME
                 GEN_TP SP_SIZE OFFLOAD LOGGERS WANDB_MODE DRY_RUN HF_HOME HF_HUB_OFFLINE HF_DATASETS_OFFLINE
+                MAX_PROMPT_LENGTH MAX_RESPONSE_LENGTH OVERLONG_BUFFER MAX_NUM_GEN_BATCHES ENTROPY_TARGET
+                FAMILY PROTOCOL CKPT EVAL_DIR SCALE MODEL SCALE_DIR VAL_N
                 LOSS COV_RATIO WORK_DIR STEPS RESPONSE_LENGTH PROMPTS N LR SEED ASSETS VERL_PLATFORM)
 
 usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
@@ -53,7 +58,7 @@ done
 (( $# >= 1 )) || die "RECIPE is missing; available: $(available_recipes)"
 recipe="$(basename "${1%.sh}")"
 shift
-[[ "$recipe" != common && -f "$REPO_ROOT/recipe/$recipe.sh" ]] \
+[[ "$recipe" != launch && -f "$REPO_ROOT/recipe/$recipe.sh" ]] \
     || die "unknown recipe '$recipe'; available: $(available_recipes)"
 [[ "$address" =~ ^https?://[^/]+$ ]] \
     || die "Ray address '$address' (--address / RAY_ADDRESS) is invalid: expected the dashboard URL, e.g. http://10.0.0.1:8265"
@@ -62,7 +67,7 @@ PYTHON="${PYTHON:-python3}"
 stage="$(mktemp -d "${TMPDIR:-/tmp}/verl_ext_job.XXXXXX")"
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/recipe"
-cp "$REPO_ROOT"/recipe/*.sh "$stage/recipe/"
+cp "$REPO_ROOT"/recipe/*.sh "$REPO_ROOT"/recipe/*.yaml "$stage/recipe/"  # each script launches the YAML beside it
 # job.sh carries the overrides: `ray job submit -- CMD` re-joins CMD with Windows-style quoting, which
 # would mangle Hydra overrides holding quotes or brackets.
 {

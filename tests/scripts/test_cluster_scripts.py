@@ -33,6 +33,9 @@ FAKE_RAY = textwrap.dedent(
         runtime_env = json.loads(next(a for a in args if a.startswith("--runtime-env-json="))[19:])
         with open(os.environ["FAKE_RAY_ENV"], "w") as handle:
             json.dump(runtime_env, handle)
+        with open(os.environ["FAKE_RAY_ENV"] + ".files", "w") as handle:  # what the job's working_dir holds
+            json.dump(sorted(os.path.relpath(os.path.join(d, f), runtime_env["working_dir"])
+                             for d, _, files in os.walk(runtime_env["working_dir"]) for f in files), handle)
         entry = args[args.index("--") + 1:]
         env = {{**os.environ, **runtime_env.get("env_vars", {{}}), "PRINT_CMD": "1"}}
         sys.exit(subprocess.run(entry, cwd=runtime_env["working_dir"], env=env).returncode)
@@ -180,7 +183,11 @@ def test_submit_runtime_env_installs_nothing_and_overrides_survive(fake_ray, tmp
     cmd = shlex.split(res.stdout.strip().splitlines()[-1])  # the recipe ran inside the staged working_dir
     assert cmd[:3] == ["python3", "-m", "verl_ext.main_ppo"]
     assert cmd[-3:] == overrides
-    assert "trainer.nnodes=2" in cmd and "actor_rollout_ref.model.path=/models/m" in cmd
+    # the composition the job launches travels with it (its YAML beside its script); NNODES and MODEL_PATH reach it
+    # through the job's environment (forwarded above), which the YAML reads
+    assert cmd[3] == "--config-path" and cmd[4].endswith("/recipe") and cmd[5:7] == ["--config-name", "dapo_kl_cov"]
+    files = json.loads(Path(fake_ray["FAKE_RAY_ENV"] + ".files").read_text())
+    assert {"job.sh", "recipe/launch.sh", "recipe/dapo_kl_cov.sh", "recipe/dapo_kl_cov.yaml"} <= set(files), files
 
 
 @pytest.mark.parametrize(
@@ -188,7 +195,7 @@ def test_submit_runtime_env_installs_nothing_and_overrides_survive(fake_ray, tmp
     [
         ([], "RECIPE is missing; available: cpu_tiny dapo_baseline"),
         (["no_such_recipe"], "unknown recipe 'no_such_recipe'; available:"),
-        (["common"], "unknown recipe 'common'"),
+        (["launch"], "unknown recipe 'launch'"),
         (["--address", "10.1.2.3:8265", "dapo_baseline"], "expected the dashboard URL"),
         (["--wait-forever", "dapo_baseline"], "unknown option '--wait-forever'"),
     ],
