@@ -23,7 +23,7 @@ Rounds are interleaved (every variant once per round) so that each sees the same
 over rounds with the spread (min-max), and each variant's ratio to ``default``.
 
     python benchmarks/bench_cpu_stack.py --model ~/.cache/verl_ext/models/SmolLM2-135M-Instruct \
-        --tcmalloc /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 --rounds 3 --json benchmarks/results_cpu_stack.json
+        --tcmalloc /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 --rounds 3 --json benchmarks/results/results_cpu_stack.json
 """
 
 from __future__ import annotations

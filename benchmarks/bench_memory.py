@@ -33,7 +33,7 @@ Entropy modes (verl's own switches, ``actor.fsdp_config.*`` in a recipe):
 * ``verl graph``: verl's own ``TrainingWorker`` with ``calculate_entropy=True`` - the entropy with its autograd
   graph, what the loss would cost without verl_ext's worker (reference row, ERC only).
 
-    python benchmarks/bench_memory.py --json benchmarks/results_memory_cpu.json
+    python benchmarks/bench_memory.py --json benchmarks/results/results_memory_cpu.json
     python benchmarks/bench_memory.py --models smollm2 --tokens 1024 --layers 1     # quicker
 
 Ratios to vanilla carry to a GPU (the same tensors are allocated); absolute numbers do not.

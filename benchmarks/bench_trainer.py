@@ -25,8 +25,8 @@ before this change logged it in every batch-scope step). Per variant: the median
 matching verl variant. Timers are read strictly: a step without a timer the variant logs is an error naming the
 timer, the log and the step (:func:`timer`); a figure is 0 only where the variant does not do that work.
 
-    python -m benchmarks.bench_trainer --steps 8 --rounds 3 --json benchmarks/results_trainer_cpu.json
-    python -m benchmarks.bench_trainer --gpus-per-node 2 --dynamic --json benchmarks/results_trainer_cpu_2ranks_dynamic.json
+    python -m benchmarks.bench_trainer --steps 8 --rounds 3 --json benchmarks/results/results_trainer_cpu.json
+    python -m benchmarks.bench_trainer --gpus-per-node 2 --dynamic --json benchmarks/results/results_trainer_cpu_2ranks_dynamic.json
     python -m benchmarks.bench_trainer --summarise-only --work <an earlier run's folder> ...   # re-read its logs
 
 (from the repository root: ``benchmarks`` is a package there).

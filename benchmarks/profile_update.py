@@ -11,7 +11,7 @@ whose time differs most between the variants. Timings come from a sampler, at ``
 py-spy's sampling takes some CPU from the processes it reads: the ratios between variants are the result, not the
 absolute times (``bench_trainer.py`` measures those without a profiler).
 
-    python -m benchmarks.profile_update --json benchmarks/results_profile_update_cpu.json
+    python -m benchmarks.profile_update --json benchmarks/results/results_profile_update_cpu.json
     python -m benchmarks.profile_update --variants "verl_ext vanilla,verl vanilla" --steps 6
 
 Needs py-spy (``pip install py-spy``) and the permission to read other processes (root, or ptrace allowed).

@@ -1,9 +1,9 @@
 """The real model's 40-step runs side by side: one row per run and one per configuration (its runs' mean and range).
 
 Every run is a ``SCALE=cpu MODEL=smollm2 STEPS=40`` GSM8K recipe launch on SmolLM2-135M-Instruct (commands and
-5-step tables in docs/real_model.md); its verl file log is kept as ``benchmarks/results_real_model_*.jsonl`` and its
+5-step tables in docs/real_model.md); its verl file log is kept as ``benchmarks/results/results_real_model_*.jsonl`` and its
 step-40 checkpoint was evaluated with ERC's protocol (``recipe/eval.sh``, n 32; the curves in
-``benchmarks/results_real_model_eval.csv``, written by ``python -m verl_ext.analyze --generations ... --passk-csv``).
+``benchmarks/results/results_real_model_eval.csv``, written by ``python -m verl_ext.analyze --generations ... --passk-csv``).
 Per run, from those two files only:
 
 * ``gap``: ``mean |H - H*| / H*`` over steps 21-40 (the second half), ``H*`` = 0.3 nats, the target every controlled
@@ -40,9 +40,11 @@ from verl_ext.contract import RESPONSE_CUT_RATIO
 from verl_ext.demo.runs import read_steps
 
 HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+"""Where the run logs, the evaluation dumps and their CSV are kept (``benchmarks/results/``)."""
 TARGET = 0.3
 """H*, nats per token: the target of every controlled 40-step run."""
-EVAL_CSV = HERE / "results_real_model_eval.csv"
+EVAL_CSV = RESULTS / "results_real_model_eval.csv"
 GREEDY = "val-core/openai/gsm8k/acc/mean@1"
 CUT_CORRECTED = RESPONSE_CUT_RATIO
 """verl_ext's share of a step's responses cut at the limit, logged under its own key by runs after verl_ext stopped
@@ -170,7 +172,7 @@ def evaluation(path: Path) -> dict[str, dict[str, float]]:
     return out
 
 
-def figures(run: RealRun, evals: dict[str, dict[str, float]], root: Path = HERE, steps: int = 40) -> dict[str, Any]:
+def figures(run: RealRun, evals: dict[str, dict[str, float]], root: Path = RESULTS, steps: int = 40) -> dict[str, Any]:
     """One run's figures from its file log and its rows of the evaluation CSV."""
     rows = {r["step"]: r for r in read_steps(root / run.log)}
     if max(rows) != steps:

@@ -16,7 +16,7 @@ Per variant the median over rounds of each phase's duration and of the time to t
 i.e. the start of step 1). The variants are the recipe's CPU-mode settings before and after the start-up cuts of
 docs/benchmarks.md, as overrides on the same script:
 
-    python benchmarks/startup_phases.py --recipe dapo_clip_cov --rounds 2 --json benchmarks/results_startup_cpu.json
+    python benchmarks/startup_phases.py --recipe dapo_clip_cov --rounds 2 --json benchmarks/results/results_startup_cpu.json
 
 Needs CPU mode installed (``scripts/install_cpu.sh``); about 2 minutes a run on 2 cores. The first run builds the
 SCALE=cpu assets (outside the timings: a warm-up run of the first variant is not timed).

@@ -15,7 +15,7 @@ from verl_ext.analysis.plant import (COEF, RATIO, Plant, Series, fit_plant, fitt
                                      selected_fraction_fit, simulate)  # fmt: skip
 from verl_ext.analysis.run_reader import read_runs
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 SEEDS = range(60)
 
 

@@ -17,7 +17,7 @@ from verl_ext.analysis.plant import fitted_plant, median_figures, simulate
 from verl_ext.control import self_tuning
 from verl_ext.control.autopilot import EntropyControlConfig, EntropyController
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 SEEDS = range(60)
 NOMINAL = {"bias": 0.15, "block_gap": 0.35, "bound_share": 0.30}
 """The issue's bounds on the real model (steps 21-40, median over seeds)."""

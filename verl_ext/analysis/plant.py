@@ -210,7 +210,7 @@ def real_series(path: str | Path, value: Callable[[dict[str, float]], float] | N
 
 def toy_series(path: str | Path, variant: str, value: Callable[[dict[str, Any]], Sequence[float]] | None,
                coordinate: Coordinate) -> list[Series]:  # fmt: skip
-    """The runs of ``variant`` in a toy results file (``benchmarks/results_*_cpu*.json``: ``runs[]`` with ``entropy``
+    """The runs of ``variant`` in a toy results file (``benchmarks/results/results_*_cpu*.json``: ``runs[]`` with ``entropy``
     per step), with the actuator's value per step from ``value(run)`` (``None``: ``a = 0``)."""
     data = json.loads(Path(path).read_text())
     out = []
