@@ -20,7 +20,7 @@ log-likelihood is within :data:`LAG_TOLERANCE` of the best (a longer lag must ea
 innovations of each run are left out for every lag alike). Each run starts from its first
 measurement. Standard errors are the weighted least squares' at the chosen ``lambda``.
 
-**The plants** (:data:`PLANTS`; files under ``benchmarks/``):
+**The plants** (:data:`PLANTS`; files under ``benchmarks/results/``):
 
 * ``real_entropy_coef`` - SmolLM2-135M-Instruct on GSM8K at 4 prompts x 4 responses, 64 tokens: the vanilla runs
   (``results_real_model_vanilla_40{,_seed1,_seed2}.jsonl``, coefficient 0) and every run that moved the entropy
@@ -255,7 +255,7 @@ def _asked_ratio(metrics: dict[str, float]) -> float:
 
 
 def plant_series(name: str, root: str | Path) -> list[Series]:
-    """The runs each plant of :data:`PLANTS` is fitted on (module docstring), from ``root`` (``benchmarks/``)."""
+    """The runs each plant of :data:`PLANTS` is fitted on (module docstring), from ``root`` (``benchmarks/results/``)."""
     root = Path(root)
     if name == "real_entropy_coef":
         return ([real_series(root / f, None, COEF) for f in REAL_VANILLA]
