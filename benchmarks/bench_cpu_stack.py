@@ -106,9 +106,29 @@ def variant_env(name: str, tcmalloc: str, iomp: str) -> dict[str, str]:
 VARIANTS = ("default", "tcmalloc", "iomp", "tcmalloc+iomp")
 
 
+PHASE_COLUMNS = {"gen_s": "generation s", "log_prob_s": "old log-prob s", "update_s": "update s"}
+
+
+def table(summary: dict[str, dict[str, Any]]) -> str:
+    """Each variant's median seconds per phase (min-max over the rounds) and ratio to ``default``, as a markdown
+    table: the one the script prints and docs/results.md quotes. A phase the run left out is ``-``."""
+    lines = ["| variant | " + " | ".join(f"{header} | x default" for header in PHASE_COLUMNS.values()) + " |",
+             "| --- |" + " ---: |" * (2 * len(PHASE_COLUMNS))]  # fmt: skip
+    for name, cols in summary.items():
+        cells = []
+        for key in PHASE_COLUMNS:
+            if key not in cols:
+                cells += ["-", "-"]
+                continue
+            s = cols[key]
+            cells += [f"{s['median']:.2f} ({s['min']:.2f}-{s['max']:.2f})", "-" if s["ratio"] is None else f"{s['ratio']:.3f}"]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", required=True, help="the converted SmolLM2 folder (python -m verl_ext.testbed.smollm2)")
+    p.add_argument("--model", help="the converted SmolLM2 folder (python -m verl_ext.testbed.smollm2)")
     p.add_argument("--tcmalloc", default="/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4", help="libtcmalloc_minimal.so.4")
     p.add_argument("--iomp", default=str(Path(sys.prefix) / "lib" / "libiomp5.so"), help="libiomp5.so (the venv's)")
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {list(VARIANTS)}")
@@ -120,7 +140,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", type=int, default=16, help="sequences per actor update (16 x 224 tokens)")
     p.add_argument("--json")
     p.add_argument("--phase", help=argparse.SUPPRESS)
+    p.add_argument("--summarise", type=Path, default=None, metavar="JSON",
+                   help="measure nothing: print the table of an earlier run's --json file (markdown) and exit")
     args = p.parse_args(argv)
+    if args.summarise:
+        print(table(json.loads(args.summarise.read_text())["summary"]))
+        return 0
+    if not args.model:
+        p.error("--model is required (the converted SmolLM2 folder), unless --summarise")
     if args.phase == "gen":
         print(MARK + json.dumps(phase_gen(args.model, args.prompts, args.n, args.max_tokens)), flush=True)
         return 0
@@ -157,13 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         for key, stats in cols.items():
             base = summary.get("default", {}).get(key)
             stats["ratio"] = stats["median"] / base["median"] if base else None
-    print(f"\n{'variant':14} " + " ".join(f"{k:>26}" for k in ("gen_s", "log_prob_s", "update_s")))
-    for name, cols in summary.items():
-        cells = []
-        for key in ("gen_s", "log_prob_s", "update_s"):
-            s = cols.get(key)
-            cells.append(f"{s['median']:7.2f} ({s['min']:.2f}-{s['max']:.2f}) x{s['ratio']:.3f}" if s else f"{'-':>26}")
-        print(f"{name:14} " + " ".join(f"{c:>26}" for c in cells))
+    print("\n" + table(summary))
     if args.json:
         import torch
 

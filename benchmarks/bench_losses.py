@@ -8,6 +8,7 @@ update through verl's FSDP2 engine on a tiny model (step time and peak memory: v
 
     python -m benchmarks.bench_losses --quick          # < 2 min on 2 CPU cores (from the repository root)
     python -m benchmarks.bench_losses --batch 64 --seq 4096 --repeats 10 --json bench.json
+    python -m benchmarks.bench_losses --summarise bench.json   # the tables again, from the file (markdown)
 """
 
 from __future__ import annotations
@@ -172,15 +173,36 @@ def bench_engine(args: argparse.Namespace) -> list[dict]:
     return benchmark_update(repeats=args.engine_repeats, batch=args.engine_batch, response_length=args.engine_len)
 
 
-def print_table(rows: list[dict], title: str) -> None:
-    print(f"\n{title}")
-    print(f"{'loss':28s} {'fwd+bwd ms':>11s} {'x vanilla':>9s} {'peak MB':>9s} {'x vanilla':>9s} {'syncs':>6s}")
+def table(rows: list[dict]) -> str:
+    """The rows as a markdown table (the one the script prints and docs/results.md quotes)."""
+    lines = ["| loss | fwd+bwd ms | x vanilla | peak MB | x vanilla | syncs |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
     for r in rows:
-        syncs = "-" if r.get("syncs") is None else str(r["syncs"])
-        print(
-            f"{r['loss']:28s} {r['time_ms']:11.2f} {r['time_ratio']:9.2f} {r['peak_mb']:9.1f} "
-            f"{r['mem_ratio']:9.2f} {syncs:>6s}"
-        )
+        syncs = "-" if r["syncs"] is None else str(r["syncs"])
+        lines.append(f"| {r['loss']} | {r['time_ms']:.2f} | {r['time_ratio']:.2f} | {r['peak_mb']:.1f} | "
+                     f"{r['mem_ratio']:.2f} | {syncs} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def print_table(rows: list[dict], title: str) -> None:
+    print(f"\n{title}\n")
+    print(table(rows))
+
+
+def selection_line(selection: dict[str, float]) -> str:
+    return ("batch-scope selection, once per training step on the driver: "
+            + ", ".join(f"{k} {v:.2f} ms" for k, v in selection.items()))  # fmt: skip
+
+
+def summarise(result: dict) -> str:
+    """The tables of a results file written by ``--json``, as the run printed them (a missing key is a KeyError
+    naming it)."""
+    batch, seq = result["tokens"]
+    parts = [f"policy losses, {batch} x {seq} tokens on {result['device']}\n", table(result["losses"]), "",
+             selection_line(result["batch_selection_ms"])]  # fmt: skip
+    if "engine" in result:  # written only with --engine
+        parts += ["", "one update through verl's FSDP2 engine (tiny Qwen2, CPU/gloo)\n", table(result["engine"])]
+    return "\n".join(parts)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,7 +217,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--engine-len", type=int, default=64, help="response length of the engine batch")
     p.add_argument("--quick", action="store_true", help="small sizes: 16 x 1024 tokens, 3 repeats")
     p.add_argument("--json", default="bench_losses.json", help="where to write the results (default bench_losses.json)")
+    p.add_argument("--summarise", type=Path, default=None, metavar="JSON",
+                   help="measure nothing: print the tables of an earlier run's --json file (markdown) and exit")
     args = p.parse_args(argv)
+    if args.summarise:
+        print(summarise(json.loads(args.summarise.read_text())))
+        return 0
     if args.quick:
         args.batch, args.seq, args.repeats, args.engine_repeats = 16, 1024, 3, 2
     if min(args.batch, args.seq, args.repeats) < 1:
@@ -210,10 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     result["losses"], result["batch_selection_ms"] = rows, selection
     print(f"machine: {result['machine']}")
     print_table(rows, f"policy losses, {args.batch} x {args.seq} tokens on {device} (median of {args.repeats})")
-    print(
-        "batch-scope selection, once per training step on the driver: "
-        + ", ".join(f"{k} {v:.2f} ms" for k, v in selection.items())
-    )
+    print(selection_line(selection))
     if args.engine:
         engine_rows = bench_engine(args)
         result["engine"] = engine_rows

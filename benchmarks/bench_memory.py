@@ -35,6 +35,7 @@ Entropy modes (verl's own switches, ``actor.fsdp_config.*`` in a recipe):
 
     python benchmarks/bench_memory.py --json benchmarks/results/results_memory_cpu.json
     python benchmarks/bench_memory.py --models smollm2 --tokens 1024 --layers 1     # quicker
+    python benchmarks/bench_memory.py --summarise benchmarks/results/results_memory_cpu.json   # the table, from the file
 
 Ratios to vanilla carry to a GPU (the same tensors are allocated); absolute numbers do not.
 """
@@ -144,6 +145,17 @@ def cases(losses: list[str]) -> list[tuple[str, str]]:
     return out
 
 
+def table(rows: list[dict[str, Any]]) -> str:
+    """The rows (with their ratios to vanilla) as a markdown table: the one the script prints and docs/results.md
+    quotes. A missing key is a KeyError naming it."""
+    lines = ["| model | loss | mode | peak MB | x vanilla | update MB | x vanilla |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['loss']} | {r['mode']} | {r['peak_mb']:.0f} | {r['peak_ratio']:.3f} | "
+                     f"{r['update_mb']:.0f} | {r['update_ratio']:.3f} |")  # fmt: skip
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default="smollm2,qwen2.5", help=f"comma-separated, of {sorted(MODELS)}")
@@ -153,7 +165,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", help="write the rows here")
     p.add_argument("--case", nargs=3, metavar=("MODEL_DIR", "LOSS", "MODE"), help=argparse.SUPPRESS)
     p.add_argument("--vocab", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--summarise", type=Path, default=None, metavar="JSON",
+                   help="measure nothing: print the table of an earlier run's --json file (markdown) and exit")
     args = p.parse_args(argv)
+    if args.summarise:
+        print(table(json.loads(args.summarise.read_text())["rows"]))
+        return 0
     if args.tokens <= 0 or args.tokens % (PROMPT + RESPONSE):
         p.error(f"--tokens={args.tokens} is invalid: allowed a positive multiple of {PROMPT + RESPONSE}")
     if args.case:
@@ -188,10 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         base = next(r for r in results if r["model"] == row["model"] and r["loss"] == "vanilla")
         row["peak_ratio"] = row["peak_mb"] / base["peak_mb"]
         row["update_ratio"] = row["update_mb"] / base["update_mb"]
-    print(f"\n{'model':8} {'loss':13} {'mode':14} {'peak MB':>8} {'x vanilla':>9} {'update MB':>9} {'x vanilla':>9}")
-    for r in results:
-        print(f"{r['model']:8} {r['loss']:13} {r['mode']:14} {r['peak_mb']:8.0f} {r['peak_ratio']:9.3f} "
-              f"{r['update_mb']:9.0f} {r['update_ratio']:9.3f}")  # fmt: skip
+    print("\n" + table(results))
     if args.json:
         import torch
         import verl

@@ -240,7 +240,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated variant names to run (default: all), e.g. 'verl_ext clip_cov,verl clip_cov'")
     parser.add_argument("--summarise-only", action="store_true",
                         help="train nothing: read the runs' JSONL logs already in --work (an earlier run's folder)")
+    parser.add_argument("--summarise", type=Path, default=None, metavar="JSON",
+                        help="train nothing: print the table of an earlier run's --json file and exit")
     args = parser.parse_args(argv)
+    if args.summarise:
+        print(format_table(json.loads(args.summarise.read_text())["summary"]))
+        return 0
     if args.summarise_only and args.work is None:
         parser.error("--summarise-only needs --work, the folder of an earlier run")
     if args.steps < 3 or args.rounds < 1 or args.gpus_per_node not in (1, 2, 4, 8):

@@ -88,6 +88,20 @@ def durations(seen: dict[str, float]) -> dict[str, float | None]:
     return out
 
 
+def table(summary: dict[str, Any]) -> str:
+    """The summary's medians (seconds) as a markdown table, one column per variant, and the ratio of the time to the
+    first step when both variants ran: the table the script prints and docs/results.md quotes. A phase whose marker
+    never appeared is ``-``; a missing key is a KeyError naming it."""
+    names = [name for name in summary if name != "after_over_before"]
+    lines = ["| phase | " + " | ".join(names) + " |", "| --- |" + " ---: |" * len(names)]
+    for phase in [*(p for p, _ in PHASES), "to_first_step"]:
+        cells = ["-" if summary[name][phase] is None else f"{summary[name][phase]:.2f}" for name in names]
+        lines.append(f"| {phase} | " + " | ".join(cells) + " |")
+    if "after_over_before" in summary:
+        lines.append(f"\nto the first step, after / before: {summary['after_over_before']:.3f}x")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--recipe", default="dapo_clip_cov", help="recipe/<name>.sh, run with SCALE=cpu")
@@ -95,7 +109,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
     parser.add_argument("--work", type=Path, help="folder for the assets and logs (default: a temporary one)")
     parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--summarise", type=Path, default=None, metavar="JSON",
+                        help="run nothing: print the table of an earlier run's --json file (markdown) and exit")
     opts = parser.parse_args(argv)
+    if opts.summarise:
+        print(table(json.loads(opts.summarise.read_text())["summary"]))
+        return
     names = opts.variants.split(",")
     unknown = sorted(set(names) - set(VARIANTS))
     if unknown:
@@ -119,7 +138,7 @@ def main(argv: list[str] | None = None) -> None:
         summary["after_over_before"] = round(summary["after"]["to_first_step"] / summary["before"]["to_first_step"], 3)
     result = {"recipe": opts.recipe, "rounds": opts.rounds, "cpus": os.cpu_count(), "summary": summary, "runs": runs,
               "command": " ".join(["python", "benchmarks/startup_phases.py", *(argv if argv is not None else sys.argv[1:])])}  # fmt: skip
-    print(json.dumps(summary, indent=2))
+    print(table(summary))
     if opts.json:
         opts.json.write_text(json.dumps(result, indent=2) + "\n")
 
