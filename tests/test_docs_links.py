@@ -56,3 +56,11 @@ def test_relative_link_resolves(doc, target):
     assert path.exists(), f"{doc}: link to {target}: no file {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}"
     if anchor and path.suffix == ".md":
         assert anchor in anchors(path), f"{doc}: link to {target}: {file or doc} has no section '#{anchor}'"
+
+
+def test_readme_is_read_in_minutes():
+    """The README stays a short guide: about 150 lines, none over 300 characters (tables included)."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 160, len(lines)
+    long = [i + 1 for i, line in enumerate(lines) if len(line) > 300]
+    assert not long, f"README lines over 300 characters: {long}"
