@@ -1,0 +1,34 @@
+"""benchmarks/ci_time.py reads a .ci/run log's phases from GNU time's wall clock and pytest's two closing lines."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.ci_time import parse_log, table
+
+LOG = """== 1/4 torch 2.13.0+cpu
+step:30 - actor/entropy:3.1
+...........
+1045 passed, 13 warnings in 441.82s (0:07:21)
+......F....
+1 failed, 46 passed, 1045 deselected, 6 warnings in 1772.85s (0:29:32)
+\tElapsed (wall clock) time (h:mm:ss or m:ss): 42:39.98
+"""
+
+
+def test_phases_of_a_log():
+    run = parse_log(LOG)
+    assert run == {"total_s": 2560.0, "setup_s": 345.3, "fast_s": 441.82, "e2e_s": 1772.85,
+                   "fast": "1045 passed, 13 warnings", "e2e": "1 failed, 46 passed, 1045 deselected, 6 warnings"}  # fmt: skip
+    row = table([{"date": "2026-11-28", "commit": "abc", "machine": "m", "note": "n", **run}]).splitlines()[-1]
+    assert row == ("| 2026-11-28 | abc | m | 5:45 | 7:22 (1045 passed, 13 warnings) | 29:33 (1 failed, 46 passed, 1045 "
+                   "deselected, 6 warnings) | **42:40** | n |")
+
+
+@pytest.mark.parametrize(("broken", "message"), [
+    (LOG.replace("Elapsed", "Spent"), "no 'Elapsed (wall clock) time' line"),
+    (LOG.replace("1045 passed, 13 warnings in 441.82s", "interrupted"), "found 1"),
+])  # fmt: skip
+def test_a_log_without_a_phase_is_an_error_naming_it(broken, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        parse_log(broken)
