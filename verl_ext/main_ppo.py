@@ -25,7 +25,6 @@ prints what a CPU scale changes, builds the CPU recipes' assets where missing an
 
 from __future__ import annotations
 
-import os
 import sys
 
 import hydra
@@ -37,7 +36,7 @@ from verl_ext.cpu.workarounds import keep_local_ray_on_loopback, private_ray_tok
 from verl_ext.checks import recipe_env, recipe_startup
 from verl_ext.checks.dry_run import dry_run, error_line, validate
 from verl_ext.registration import ensure_registered
-from verl_ext.checks.validation import ConfigError
+from verl_ext.checks.validation import ConfigError, ray_cluster_address
 
 recipe_env.register()
 
@@ -96,12 +95,6 @@ def run(config: DictConfig) -> int:
         private_ray_token_file()  # and its token (Ray turns token auth on) is readable by this user only
     run_ppo(config, task_runner_class=task_runner_class(config))
     return 0
-
-
-def ray_cluster_address(config: DictConfig) -> str | None:
-    """The Ray cluster verl will join (``ray_kwargs.ray_init.address`` or ``RAY_ADDRESS``), or ``None`` when it
-    starts a local one."""
-    return OmegaConf.select(config, "ray_kwargs.ray_init.address", default=None) or os.environ.get("RAY_ADDRESS") or None
 
 
 @hydra.main(config_path=CONFIG_PATH, config_name=CONFIG_NAME, version_base=None)

@@ -1,6 +1,6 @@
 """What ``python -m verl_ext.main_ppo`` does with a recipe's config before it validates and trains.
 
-:func:`prepare` resolves the config in place (every ``${verl_ext.env_*:...}`` of :mod:`~verl_ext.checks.recipe_env`
+:func:`prepare` returns the config resolved (every ``${verl_ext.env_*:...}`` of :mod:`~verl_ext.checks.recipe_env`
 reads its variable now: a bad value is a :class:`RecipeStartError` naming it). For a recipe (a config with a
 ``verl_ext.recipe`` node) it then
 
@@ -8,9 +8,9 @@ reads its variable now: a bad value is a :class:`RecipeStartError` naming it). F
   with the value this run uses;
 * builds the CPU recipes' assets where missing (``verl_ext.recipe.assets``; :mod:`verl_ext.testbed.assets`);
 * warns about training or validation files missing on this node;
-* in CPU mode with ``RAY_ADDRESS`` (joining a running Ray cluster, e.g. ``scripts/cluster/ray_head.sh``), nulls
-  the local cluster's ``ray_init`` settings of ``configs/platform/cpu.yaml`` (CPUs, GPU slots, dashboard), which Ray
-  rejects when it joins a cluster whose own ``ray start`` set them;
+* in CPU mode joining a running Ray cluster (``RAY_ADDRESS`` or ``ray_kwargs.ray_init.address``, e.g.
+  ``scripts/cluster/ray_head.sh``), nulls the local cluster's ``ray_init`` settings of ``configs/platform/cpu.yaml``
+  (CPUs, GPU slots, dashboard), which Ray rejects when it joins a cluster whose own ``ray start`` set them;
 * with a ``wandb`` logger and no API key, no ``WANDB_MODE`` and no wandb login in ``~/.netrc``, sends wandb offline
   (``wandb sync`` later) in this process and in every Ray worker, and says so. The key itself is never printed or put
   in the config.
@@ -27,9 +27,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from verl_ext.checks.recipe_env import recipe_env_error
-from verl_ext.checks.validation import LOCAL_RAY_ONLY
+from verl_ext.checks.validation import LOCAL_RAY_ONLY, ray_cluster_address
+from verl_ext.cpu import mode as cpu_mode
 from verl_ext.testbed.assets import AssetError, AssetPlan, ensure
-
 
 
 class RecipeStartError(ValueError):
@@ -125,10 +125,7 @@ def wandb_offline(config: DictConfig, environ: dict[str, str] | None = None) -> 
         went_offline = True
         print("note: no WANDB_API_KEY and no wandb login found: wandb logs offline (wandb sync later)", file=sys.stderr)
     if environ.get("WANDB_MODE"):
-        with open_dict(config):
-            env_vars = OmegaConf.select(config, "ray_kwargs.ray_init.runtime_env.env_vars")
-            if env_vars is None:
-                OmegaConf.update(config, "ray_kwargs.ray_init.runtime_env.env_vars", {}, force_add=True)
+        with open_dict(config):  # force_add creates the missing parent nodes
             OmegaConf.update(config, "ray_kwargs.ray_init.runtime_env.env_vars.WANDB_MODE", environ["WANDB_MODE"],
                              force_add=True)  # fmt: skip
     return went_offline
@@ -149,7 +146,7 @@ def prepare(config: DictConfig) -> DictConfig:
             ensure(asset_plan(config))
         except AssetError as exc:
             raise RecipeStartError(str(exc)) from exc
-    if os.environ.get("RAY_ADDRESS") and os.environ.get("VERL_PLATFORM") == "cpu":
+    if cpu_mode.requested() and ray_cluster_address(config):
         with open_dict(config):
             for key in LOCAL_RAY_ONLY:
                 OmegaConf.update(config, f"ray_kwargs.ray_init.{key}", None, force_add=True)
