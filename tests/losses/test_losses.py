@@ -225,6 +225,27 @@ def test_grpo_erc_matches_oracle(with_weights):
     assert float(metrics["actor/erc/kept_frac"]) == pytest.approx(kept)
 
 
+@pytest.mark.parametrize("name", ["grpo_erc", "gppo_erc"])
+def test_erc_band_on_bf16_entropies_is_decided_on_their_exact_ratio(name):
+    """Under bf16 compute verl hands the entropies over in bf16. The band is decided on the ratio of the values
+    handed over (here in float64), not on a quotient rounded to bf16's steps (2^-7 above 1): ratios within 0.4 % of
+    0.95 / 1.05 are kept or masked as their exact value says."""
+    old, lp, adv, mask = O.batch(B=8, T=16, seed=11, spread=0.5)
+    g = torch.Generator().manual_seed(12)
+    old_h = (torch.rand(old.shape, generator=g, dtype=torch.float64) + 0.2).to(torch.bfloat16)
+    edge = torch.where(torch.rand(old.shape, generator=g) < 0.5, 0.95, 1.05).to(torch.float64)
+    jitter = 1 + 0.004 * (2 * torch.rand(old.shape, generator=g, dtype=torch.float64) - 1)
+    h = (old_h.double() * edge * jitter).to(torch.bfloat16)
+    ratio = h.double() / old_h.double()
+    mask = mask & ((ratio - 0.95).abs() > 1e-6) & ((ratio - 1.05).abs() > 1e-6)  # a bf16 quotient can tie an edge
+    cfg = O.actor_config(PolicyLossConfig(entropy_mask_low=0.95, entropy_mask_high=1.05), 0.2, 0.28, 3.0)
+    _, _, metrics = run(name, old, lp, adv, mask, cfg, entropy=h, old_entropy=old_h)
+    toks = O.valid_tokens(mask)
+    kept = sum(_keep(h.double(), old_h.double(), t, 0.95, 1.05) for t in toks) / len(toks)
+    assert 0.2 < kept < 0.8, "fixture must put tokens on both sides of the band's edges"
+    assert float(metrics["actor/erc/kept_frac"]) == pytest.approx(kept)
+
+
 def test_grpo_erc_dual_clip_caps_negative_advantages():
     """A < 0 with a huge ratio: the loss is -A*c and carries no gradient (dual clip)."""
     old = torch.zeros(1, 2, dtype=torch.float64)

@@ -45,9 +45,14 @@ def entropy_ratio_mask(
     mask: torch.Tensor,
     config: Any,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Detach the per-token loss where the entropy ratio leaves ``(entropy_mask_low, entropy_mask_high)``."""
+    """Detach the per-token loss where the entropy ratio leaves ``(entropy_mask_low, entropy_mask_high)``.
+
+    The ratio is computed in at least fp32: under bf16 compute verl hands the entropies over in bf16, whose quotient
+    near 1 is rounded to steps of 2^-8 below 1 and 2^-7 above (0.0039 / 0.0078), a sizeable share of the band's
+    0.05 half-width, and ``ERC_EPS`` would vanish in the sum."""
     low, high = policy_loss_params(config, "entropy_mask_low", "entropy_mask_high")
-    rho = (entropy.detach() + ERC_EPS) / (old_entropy.detach() + ERC_EPS)
+    wide = torch.promote_types(torch.promote_types(entropy.dtype, old_entropy.dtype), torch.float32)
+    rho = (entropy.detach().to(wide) + ERC_EPS) / (old_entropy.detach().to(wide) + ERC_EPS)
     keep = (rho > low) & (rho < high)
     n_valid = mask.sum().clamp(min=1).to(torch.float32)
     kept = (keep & mask).sum().to(torch.float32) / n_valid
