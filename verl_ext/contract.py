@@ -10,12 +10,17 @@ it from here and cannot drift apart:
 * the token lens's file beside verl's file log (:func:`lens_file_for`), written by :mod:`verl_ext.driver` and read
   by ``python -m verl_ext.analyze``;
 * the length ratios measured against the configured limits (:data:`CUT_RATIO_KEYS`), written by
-  :mod:`verl_ext.trainer` and read by ``benchmarks/real_model_runs.py``.
+  :mod:`verl_ext.trainer` and read by ``benchmarks/real_model_runs.py``;
+* config keys read by one package and checked by another (:data:`REPLAY_POLL_INTERVAL`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+REPLAY_POLL_INTERVAL = "verl_ext.replay_poll_interval"
+"""Config key: seconds between the V1 trainer's checks for finished rollouts (read by :mod:`verl_ext.trainer.v1`,
+checked by :mod:`verl_ext.checks.validation`)."""
 
 OLD_ENTROPY = "old_entropy"
 """Batch field: the old-log-prob pass's per-token entropy (ERC's ``H_old``)."""

@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
 
 from verl_ext.config import ConfigError, PolicyLossConfig, bounded_dynamic_sampling
+from verl_ext.contract import REPLAY_POLL_INTERVAL
 from verl_ext.losses import COV_LOSSES, ERC_LOSSES
 from verl_ext.registration import KEEP_VERL_COV_ENV, keep_verl_cov
 from verl_ext.trainer.hooks import needs_batch_selection, needs_entropy_selection, needs_old_entropy
@@ -179,6 +180,15 @@ def check_sequence_parallel(config: DictConfig) -> None:
                               f"> 1 with {attention_key} in {list(ULYSSES_ATTENTION)} (flash-attn installed)")  # fmt: skip
 
 
+def check_replay_poll_interval(config: DictConfig) -> float:
+    """``verl_ext.replay_poll_interval``: seconds, > 0 (the V1 trainer's checks for finished rollouts)."""
+    value = _select(config, REPLAY_POLL_INTERVAL)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigError(REPLAY_POLL_INTERVAL, f"{value!r} is invalid: allowed a number of seconds > 0 (verl's own "
+                          "interval is 2)")  # fmt: skip
+    return float(value)
+
+
 def check_dynamic_sampling(config: DictConfig) -> None:
     """DAPO's dynamic sampling (``algorithm.filter_groups``) exists only in verl's V1 trainer, whose built-in
     sync replay buffer refills evicted groups without a bound: verl_ext bounds it with
@@ -237,6 +247,7 @@ def check_platform(config: DictConfig) -> str:
     """CPU mode (``VERL_PLATFORM=cpu``): never next to CUDA, and only with the settings it can run (which
     ``configs/platform/cpu.yaml`` sets unless the command line changed them); returns a description."""
     from verl_ext.cpu import mode as cpu_mode
+    from verl_ext.cpu import precision as cpu_precision
 
     if not cpu_mode.requested():
         return "accelerator (verl's platform detection)"
@@ -248,6 +259,10 @@ def check_platform(config: DictConfig) -> str:
         if value not in allowed:
             raise ConfigError(key, f"{value!r} does not run in CPU mode ({cpu_mode.ENV_VAR}=cpu): {why}; "
                               f"allowed: {list(allowed)}")  # fmt: skip
+    for key, value in cpu_precision.unsupported_keys(config):
+        raise ConfigError(key, f"{value!r} is bf16, which this CPU has no instructions for (none of "
+                          f"{', '.join(cpu_precision.BF16_FLAGS)} in /proc/cpuinfo; torch would emulate it, slower "
+                          "than fp32); allowed: fp32 / float32")  # fmt: skip
     if needs_critic(config):
         raise ConfigError("algorithm.adv_estimator", f"{_select(config, 'algorithm.adv_estimator')!r} needs a "
                           "critic, which CPU mode has never run: configs/platform/cpu.yaml sets no CPU engine for "
@@ -259,7 +274,11 @@ def check_platform(config: DictConfig) -> str:
                 raise ConfigError(f"ray_kwargs.ray_init.{key}", "is set while joining a running Ray cluster "
                                   "(RAY_ADDRESS / ray_kwargs.ray_init.address), which Ray rejects; it only applies "
                                   "to a local cluster: set it to null")  # fmt: skip
-    return f"CPU mode ({cpu_mode.ENV_VAR}=cpu: FSDP2 on gloo, vLLM's CPU engine, configs/platform/cpu.yaml)"
+    try:
+        precision = cpu_precision.choose(_select(config, cpu_precision.KEY)).precision
+    except cpu_precision.PrecisionError as exc:
+        raise ConfigError(cpu_precision.VAR, str(exc)) from None
+    return f"CPU mode ({cpu_mode.ENV_VAR}=cpu: FSDP2 on gloo, vLLM's CPU engine, {precision}, configs/platform/cpu.yaml)"
 
 
 def check_actuator(config: DictConfig, feature: Any) -> None:
@@ -341,6 +360,7 @@ def check_verl_ext(config: DictConfig, actor: Any | None = None) -> dict[str, An
     check_group_size(config)
     check_sequence_parallel(config)
     check_dynamic_sampling(config)
+    check_replay_poll_interval(config)
     trainer = check_trainer(config)
     platform = check_platform(config)
     features = check_driver_features(config)
@@ -368,6 +388,7 @@ __all__ = [
     "check_loss_mode",
     "check_platform",
     "check_sequence_parallel",
+    "check_replay_poll_interval",
     "check_strategy",
     "check_trainer",
     "check_verl_ext",

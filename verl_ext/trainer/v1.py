@@ -44,13 +44,14 @@ from typing import Any
 
 import ray
 import transfer_queue as tq
+from omegaconf import OmegaConf
 from tensordict import TensorDict
 from verl.trainer.main_ppo import TaskRunnerV1
 from verl.trainer.ppo.v1 import trainer_base
 from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
 from verl_ext.analysis.length_limit import CLIP_RATIOS, corrected_clip_ratios
-from verl_ext.contract import CUT_RATIO_KEYS
+from verl_ext.contract import CUT_RATIO_KEYS, REPLAY_POLL_INTERVAL
 from verl_ext.registration import ensure_registered
 from verl_ext.driver.mixin import VerlExtDriverMixin
 from verl_ext.trainer.hooks import (
@@ -142,6 +143,15 @@ class VerlExtV1Mixin(VerlExtDriverMixin):
                 "not the share cut at the limit): a sample was longer than data.max_prompt_length / "
                 "data.max_response_length, or the step logged no */max", ", ".join(left),
             )
+
+    def _build_replay_buffer(self):
+        """verl's replay buffer, checking for finished rollouts every ``verl_ext.replay_poll_interval`` seconds
+        instead of its built-in 2 (``verl/trainer/ppo/v1/replay_buffer.py``: ``poll_interval``, which verl's
+        trainer does not pass)."""
+        buffer = super()._build_replay_buffer()
+        if hasattr(buffer, "poll_interval"):  # a custom sampler may poll in its own way
+            buffer.poll_interval = float(OmegaConf.select(self.config, REPLAY_POLL_INTERVAL, default=2.0))
+        return buffer
 
     def _init_resource_pool_mgr(self) -> None:
         super()._init_resource_pool_mgr()
