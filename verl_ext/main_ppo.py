@@ -32,6 +32,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from verl_ext.cpu import mode as cpu_mode
 from verl_ext.cpu import openmp as cpu_openmp
+from verl_ext.cpu import precision as cpu_precision
 from verl_ext.cpu.workarounds import keep_local_ray_on_loopback, private_ray_token_file
 from verl_ext.checks import recipe_env, recipe_startup
 from verl_ext.checks.dry_run import dry_run, error_line, validate
@@ -84,11 +85,12 @@ def run(config: DictConfig) -> int:
     auto_set_device(config)
     if cpu_mode.active():
         try:
-            line = cpu_openmp.apply(config)  # VERL_EXT_CPU_IOMP=1: Intel's OpenMP runtime in every Ray worker
+            lines = [cpu_precision.startup_line(config),  # bf16 where the CPU has it (VERL_EXT_CPU_PRECISION)
+                     cpu_openmp.apply(config)]  # VERL_EXT_CPU_IOMP=1: Intel's OpenMP runtime in every Ray worker
         except (ValueError, FileNotFoundError) as exc:
             print(f"verl_ext: invalid environment: {exc}", file=sys.stderr)
             return 2
-        if line:
+        for line in filter(None, lines):
             print(line, file=sys.stderr)
     if cpu_mode.active() and not ray_cluster_address(config):
         keep_local_ray_on_loopback()  # the local Ray (and vLLM's servers) listen on 127.0.0.1 only

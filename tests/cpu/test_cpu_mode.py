@@ -77,6 +77,8 @@ def test_config_group_follows_verl_platform(monkeypatch):
     nothing."""
     from hydra import compose, initialize_config_module
 
+    from verl_ext.cpu import precision
+
     def composed(*overrides: str):
         with initialize_config_module(config_module="verl_ext.configs", version_base=None):
             return compose("verl_ext_trainer", overrides=list(overrides))
@@ -87,7 +89,8 @@ def test_config_group_follows_verl_platform(monkeypatch):
     monkeypatch.setenv("VERL_PLATFORM", "cpu")
     cpu = composed("actor_rollout_ref.rollout.n=4")
     assert cpu.trainer.device == "cpu" and cpu.actor_rollout_ref.actor.strategy == "fsdp2"
-    assert cpu.actor_rollout_ref.rollout.enable_sleep_mode is False and cpu.actor_rollout_ref.rollout.dtype == "float32"
+    assert cpu.actor_rollout_ref.rollout.enable_sleep_mode is False
+    assert cpu.actor_rollout_ref.rollout.dtype == precision.FORMS["torch"][precision.choose(cpu.verl_ext.cpu_precision).precision]  # test_precision
     assert cpu.ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM == "cpu"
     assert cpu.ray_kwargs.ray_init.num_gpus == cpu.trainer.n_gpus_per_node
     overridden = composed("actor_rollout_ref.rollout.enforce_eager=false")

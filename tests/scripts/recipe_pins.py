@@ -5,7 +5,9 @@ A case is a launch script (``recipe/<name>.sh``) with a set of environment varia
 with ``PRINT_CMD=1`` (the exact command it would launch, nothing started), then composes that command's Hydra
 arguments in this process through the entry point's own config module, with the environment the script exports
 (``VERL_PLATFORM=cpu`` for CPU mode) and resolves every interpolation. The result is written as YAML with the
-case's working folder replaced by ``$RUN``, so that the files do not depend on where the tests run.
+case's working folder replaced by ``$RUN``, so that the files do not depend on where the tests run, nor on the
+machine's CPU: CPU mode's precision follows the CPU, and cases are composed as on one with bf16 instructions
+(:data:`PINNED_CPU_FLAGS`).
 
 ``python tests/scripts/recipe_pins.py --write`` rewrites every pinned file from the current scripts; the fast-tier
 test ``test_recipe_pins.py`` composes the same cases and fails on any difference. Run it only when a change of what a
@@ -22,6 +24,9 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from unittest import mock
+
+from verl_ext.cpu import precision as cpu_precision
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE_DIR = Path(os.environ.get("VERL_EXT_PIN_RECIPE_DIR", REPO / "recipe"))
@@ -62,6 +67,11 @@ def cases() -> dict[str, tuple[str, dict[str, str]]]:
         out[f"cpu_tiny_{loss}"] = ("cpu_tiny", {"LOSS": loss})
     out["cpu_tiny_grpo_erc.smollm2"] = ("cpu_tiny", {"MODEL": "smollm2"})
     return out
+
+
+PINNED_CPU_FLAGS = ("avx512_bf16",)
+"""The CPU flags every case is composed with: CPU mode's precision follows the CPU (``verl_ext.cpu.precision``), and
+the pins show what a CPU with bf16 instructions composes, whatever machine composes them."""
 
 
 def case_env(run_dir: Path, variables: dict[str, str]) -> dict[str, str]:
@@ -118,7 +128,7 @@ def compose_command(cmd: list[str], env: dict[str, str], cwd: Path, resolve: Any
             rest.append(arg)
     GlobalHydra.instance().clear()
     try:
-        with environment(env, cwd):
+        with environment(env, cwd), mock.patch.object(cpu_precision, "cpu_flags", lambda *_: set(PINNED_CPU_FLAGS)):
             if config_path:
                 ctx = initialize_config_dir(config_dir=config_path, version_base=None)
             else:

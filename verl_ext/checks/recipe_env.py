@@ -160,6 +160,16 @@ def sampled_n(do_sample: Any, n: Any) -> int:
     return int(n) if str(do_sample).lower() == "true" else 1
 
 
+def cpu_dtype(form: str, requested: str) -> str:
+    """CPU mode's precision (``requested`` on this CPU, :mod:`verl_ext.cpu.precision`) spelled for a key."""
+    from verl_ext.cpu import precision
+
+    try:
+        return precision.dtype(form, requested)
+    except precision.PrecisionError as exc:
+        raise RecipeEnvError(str(exc)) from None
+
+
 RESOLVERS = {
     "verl_ext.env_int": env_int,
     "verl_ext.env_divisor": env_divisor,
@@ -176,6 +186,7 @@ RESOLVERS = {
     "verl_ext.sampled_n": sampled_n,
     "verl_ext.env_ckpt": env_ckpt,
     "verl_ext.beside_ckpt": beside_ckpt,
+    "verl_ext.cpu_dtype": cpu_dtype,
     "verl_ext.resume_mode": lambda ckpt: "resume_path" if ckpt else "disable",
     "verl_ext.first": lambda *values: next((v for v in values if v is not None), None),
     "verl_ext.sum": lambda *values: sum(int(v) for v in values),

@@ -34,7 +34,7 @@ import torch
 from verl.plugin.platform import PlatformBase, PlatformRegistry, set_platform
 from verl.plugin.platform import platform_manager
 
-from verl_ext.cpu import workarounds
+from verl_ext.cpu import precision, workarounds
 from verl_ext.cpu.switch import ENV_VAR, PLATFORM_NAME, requested
 from verl_ext.cpu.switch import cuda_present as _cuda_present
 
@@ -283,7 +283,9 @@ _enabled = False
 def enable() -> bool:
     """Complete CPU mode in this process (idempotent; ``False`` outside it): verl's FSDP engines for device ``cpu``
     and the verl-side workarounds of :mod:`verl_ext.cpu.workarounds` (gloo backend, the ``vllm`` distribution alias,
-    unpinned CPU offload, worker groups' master port outside the ephemeral range, TransferQueue's threads, verl's notices about engines CPU mode never uses). Called by :func:`verl_ext.cpu.mode.enable_in_process`."""
+    unpinned CPU offload, worker groups' master port outside the ephemeral range, TransferQueue's threads, verl's
+    notices about engines CPU mode never uses) and of :mod:`verl_ext.cpu.precision` (fp32 log-probabilities from bf16
+    logits). Called by :func:`verl_ext.cpu.mode.enable_in_process`."""
     global _enabled
     if not requested():
         return False
@@ -298,6 +300,7 @@ def enable() -> bool:
     workarounds.install_vllm_distribution_alias()
     workarounds.unpin_fsdp2_cpu_offload()
     workarounds.master_port_outside_ephemeral_range()
+    precision.fp32_log_probs_for_verl_engine()
     register_cpu_engines()
     _enabled = True
     return True

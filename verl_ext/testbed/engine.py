@@ -5,9 +5,9 @@ and the benchmarks.
 ``_compute_old_log_prob`` / ``_update_actor`` do for the actor, minus Ray and rollout:
 
 * selects verl_ext's CPU platform (:mod:`verl_ext.cpu.platform`) and starts a one-rank gloo process group;
-* builds ``HFModelConfig`` (sdpa attention, remove-padding), an fp32 ``FSDPEngineConfig`` (strategy ``fsdp2``,
-  fp32 mixed precision i.e. no bf16 autocast, no torch.compile, no dynamic batch size) and a
-  ``TrainingWorkerConfig``;
+* builds ``HFModelConfig`` (sdpa attention, remove-padding), an ``FSDPEngineConfig`` (strategy ``fsdp2``, fp32
+  master weights, fp32 mixed precision i.e. no autocast - or bf16 compute as on a GPU with ``precision="bf16"`` -,
+  no torch.compile, no dynamic batch size) and a ``TrainingWorkerConfig``;
 * creates the worker (verl's ``TrainingWorker``, or the class the caller passes - verl_ext's callers pass
   :class:`verl_ext.trainer.actor_worker.EntropyAwareTrainingWorker`), ``reset()``,
   ``set_loss_fn(partial(loss, config=actor_config))`` with the loss the caller passes (verl's ``ppo_loss`` by
@@ -172,6 +172,9 @@ class CpuActor:
             (verl's ``TrainingWorker`` gives verl's behaviour).
         temperature: sampling temperature the log-probs are computed at.
         enable_gradient_checkpointing: HF gradient checkpointing of the model.
+        precision: ``fp32`` (default: fp32 mixed precision, no autocast) or ``bf16`` (verl's GPU default, as CPU
+            mode runs it where the CPU has bf16: bf16 parameters and autocast compute, fp32 master weights and
+            reduction).
     """
 
     def __init__(
@@ -183,7 +186,10 @@ class CpuActor:
         worker_cls: type | None = None,
         temperature: float = 1.0,
         enable_gradient_checkpointing: bool = False,
+        precision: str = "fp32",
     ):
+        if precision not in ("fp32", "bf16"):
+            raise ValueError(f"CpuActor: precision={precision!r} is invalid: allowed fp32 or bf16")
         cpu_platform.activate()
         init_cpu_process_group()
         from verl.workers.config import HFModelConfig, TrainingWorkerConfig
@@ -212,8 +218,8 @@ class CpuActor:
             actor_config.engine,
             strategy="fsdp2",
             model_dtype="fp32",
-            dtype="float32",
-            mixed_precision={"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"},
+            dtype="float32" if precision == "fp32" else "bfloat16",
+            mixed_precision={"param_dtype": precision, "reduce_dtype": "fp32", "buffer_dtype": "fp32"},
             use_torch_compile=False,
             use_dynamic_bsz=False,
             micro_batch_size_per_gpu=micro,

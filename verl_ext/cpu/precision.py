@@ -1,0 +1,190 @@
+"""CPU mode's precision: bf16 compute, as the GPU recipes run, where the CPU has bf16 instructions; fp32 elsewhere.
+
+A GPU run of verl computes in bf16 under FSDP mixed precision (fp32 master weights, fp32 gradient reduction) and
+serves the rollout from a bf16 vLLM. CPU mode does the same where the CPU multiplies bf16 natively, and says so in
+one start-up line:
+
+* ``VERL_EXT_CPU_PRECISION=auto`` (default): ``bf16`` when the CPU has ``amx_bf16`` or ``avx512_bf16`` (x86) or
+  ``bf16`` (Arm) among its flags, else ``fp32``;
+* ``VERL_EXT_CPU_PRECISION=bf16``: bf16, and an error naming the variable on a CPU without those instructions
+  (torch would emulate them there, slower than fp32);
+* ``VERL_EXT_CPU_PRECISION=fp32``: fp32 everywhere, as on a CPU without bf16.
+
+The request is the config key ``verl_ext.cpu_precision`` (:data:`KEY`), which ``configs/platform/cpu.yaml`` sets from
+the variable (default ``auto``; the tiny models' groups default to ``fp32``: bf16 gains them nothing, see
+docs/cpu_mode.md). The file reads the choice through the resolver ``${verl_ext.cpu_dtype:<form>,<request>}``
+(:func:`dtype`), so that every dtype key it sets (FSDP mixed precision of the actor and the reference, the engines'
+``dtype``, vLLM's ``dtype``) follows it; the command line still overrides each key. Master weights stay fp32
+(``model_dtype: fp32``, verl's default) and the weight sync is verl's own (the actor's fp32 tensors, cast by vLLM's
+loader into its bf16 parameters).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import dataclass
+from typing import Any
+
+VAR = "VERL_EXT_CPU_PRECISION"
+"""``auto``, ``bf16`` or ``fp32``: sets :data:`KEY` (whose default is ``auto``; ``fp32`` for the tiny models)."""
+
+KEY = "verl_ext.cpu_precision"
+"""The config key the precision is read from (``configs/platform/cpu.yaml``: :data:`VAR`, default ``auto``)."""
+
+CHOICES = ("auto", "bf16", "fp32")
+"""The values :data:`VAR` may hold."""
+
+BF16_FLAGS = ("amx_bf16", "avx512_bf16", "bf16")
+"""CPU flags (``/proc/cpuinfo``) of native bf16 arithmetic: Intel AMX, AVX-512 BF16 (Intel, AMD Zen 4), Arm's BF16."""
+
+FORMS = {
+    "mp": {"bf16": "bf16", "fp32": "fp32"},  # verl's FSDP mixed_precision keys (PrecisionType names)
+    "torch": {"bf16": "bfloat16", "fp32": "float32"},  # engines' and vLLM's dtype keys (torch names)
+}
+"""How each config key spells the two precisions (the argument of ``${verl_ext.cpu_dtype:<form>}``)."""
+
+
+class PrecisionError(ValueError):
+    """:data:`VAR` holds a value CPU mode cannot run on this machine; the message names it."""
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The precision CPU mode runs in and why."""
+
+    precision: str
+    """``bf16`` or ``fp32``."""
+    requested: str
+    """What :data:`VAR` asked for (``auto``, ``bf16``, ``fp32``)."""
+    reason: str
+    """Why, for the start-up line."""
+
+
+def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> set[str]:
+    """The CPU's feature flags (x86 ``flags``, Arm ``Features``); empty where the file cannot be read."""
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    return set(value.split())
+    except OSError:
+        pass
+    return set()
+
+
+def bf16_flags(flags: set[str] | None = None) -> list[str]:
+    """Which of :data:`BF16_FLAGS` this CPU has (empty: no native bf16)."""
+    flags = cpu_flags() if flags is None else flags
+    return [flag for flag in BF16_FLAGS if flag in flags]
+
+
+def choose(requested: str | None = None, flags: set[str] | None = None) -> Choice:
+    """The precision ``requested`` (default: :data:`VAR` from the environment, else ``auto``) gives on this CPU."""
+    requested = str(os.environ.get(VAR, "auto") if requested is None else requested).strip().lower() or "auto"
+    if requested not in CHOICES:
+        raise PrecisionError(f"{VAR}={requested!r} is invalid: allowed auto (bf16 where the CPU has bf16 "
+                             "instructions, else fp32), bf16 or fp32")  # fmt: skip
+    found = bf16_flags(flags)
+    cpu = platform.machine()
+    if requested == "fp32":
+        return Choice("fp32", requested, f"{VAR}=fp32")
+    if found:
+        return Choice("bf16", requested, f"{VAR}={requested}; this CPU has {', '.join(found)}")
+    if requested == "bf16":
+        raise PrecisionError(f"{VAR}=bf16 is invalid on this CPU ({cpu}): it has none of {', '.join(BF16_FLAGS)} "
+                             "in /proc/cpuinfo, and torch would emulate bf16 there, slower than fp32; allowed "
+                             "auto or fp32")  # fmt: skip
+    return Choice("fp32", requested, f"{VAR}=auto; this CPU ({cpu}) has none of {', '.join(BF16_FLAGS)}")
+
+
+def dtype(form: str, requested: str | None = None) -> str:
+    """Resolver ``${verl_ext.cpu_dtype:<form>,<requested>}``: the precision ``requested`` gives (:func:`choose`),
+    spelled for a config key (:data:`FORMS`)."""
+    if form not in FORMS:
+        raise ValueError(f"verl_ext.cpu_dtype: form {form!r} is invalid: allowed {', '.join(FORMS)}")
+    return FORMS[form][choose(requested).precision]
+
+
+KEYS = {
+    "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype": "mp",
+    "actor_rollout_ref.ref.fsdp_config.mixed_precision.param_dtype": "mp",
+    "actor_rollout_ref.rollout.dtype": "torch",
+}
+"""The keys that decide where CPU mode computes in bf16 (and how each spells it, :data:`FORMS`)."""
+
+BF16_NAMES = ("bf16", "bfloat16")
+
+
+VERL_FSDP_ENGINE_MODULE = "verl.workers.engine.fsdp.transformer_impl"
+
+
+def fp32_log_probs(logits: Any, labels: Any, inplace_backward: bool = True) -> Any:
+    """verl's ``logprobs_from_logits`` computed in fp32 for bf16 / fp16 logits, as the GPU path computes it.
+
+    ``-cross_entropy(logits.float(), labels)`` per token: fp32 log-probabilities whose gradient flows back to the
+    low-precision logits; fp32 / fp64 logits go to verl's own function unchanged."""
+    import torch
+
+    from verl.utils.torch_functional import logprobs_from_logits
+
+    if logits.dtype in (torch.float32, torch.float64):
+        return logprobs_from_logits(logits, labels, inplace_backward=inplace_backward)
+    flat = logits.reshape(-1, logits.shape[-1]).float()
+    out = -torch.nn.functional.cross_entropy(flat, labels.reshape(-1), reduction="none")
+    return out.reshape(labels.shape)
+
+
+def fp32_log_probs_for_verl_engine() -> bool:
+    """Make verl's FSDP engine compute log-probabilities in fp32 from bf16 logits; ``False`` if already so.
+
+    Covers ``verl/utils/torch_functional.py:73-125`` (``logprobs_from_logits``, verl 0.9.1, called by
+    ``verl/workers/engine/fsdp/transformer_impl.py:1428``): on a GPU it uses flash-attention's cross-entropy
+    kernel, which computes in fp32 and returns fp32; without flash-attention (every CPU) it falls back to
+    ``logprobs_from_logits_v2``, which for bf16 logits runs ``log_softmax`` in bf16 and returns bf16 log-probs
+    (resolution 0.03 at a log-prob of -5, 0.125 at -20): the PPO ratio, the KL terms and the rollout-vs-actor gap
+    would carry that rounding, which GPU runs do not. The engine module imports the function by name, so its
+    attribute is replaced (CPU mode does it from the ``verl.plugins`` entry point, in every process).
+    """
+    import importlib
+
+    module = importlib.import_module(VERL_FSDP_ENGINE_MODULE)
+    if module.logprobs_from_logits is fp32_log_probs:
+        return False
+    module.logprobs_from_logits = fp32_log_probs
+    return True
+
+
+def unsupported_keys(config: Any, flags: set[str] | None = None) -> list[tuple[str, str]]:
+    """``(key, value)`` of each :data:`KEYS` set to bf16 on a CPU without bf16 instructions (none where it has them)."""
+    from omegaconf import OmegaConf
+
+    if bf16_flags(flags):
+        return []
+    values = [(key, str(OmegaConf.select(config, key, default=None))) for key in KEYS]
+    return [(key, value) for key, value in values if value.lower() in BF16_NAMES]
+
+
+def startup_line(config: Any, choice: Choice | None = None) -> str:
+    """The start-up line: the precision, why, and any of :data:`KEYS` the command line set otherwise."""
+    from omegaconf import OmegaConf
+
+    choice = choose(OmegaConf.select(config, KEY, default=None)) if choice is None else choice
+    if choice.precision == "bf16":
+        what = ("bf16 compute as on a GPU: FSDP2 mixed precision (bf16 parameters and compute, fp32 master weights "
+                "and gradient reduction), the reference in bf16, vLLM in bf16")  # fmt: skip
+    else:
+        what = "fp32 everywhere (FSDP, reference, vLLM)"
+    overridden = []
+    for key, form in KEYS.items():
+        value = OmegaConf.select(config, key, default=None)
+        if str(value) != FORMS[form][choice.precision]:
+            overridden.append(f"{key}={value}")
+    also = f"; set otherwise on the command line: {', '.join(overridden)}" if overridden else ""
+    return f"verl_ext: CPU mode runs in {what} ({choice.reason}{also})"
+
+
+__all__ = ["BF16_FLAGS", "CHOICES", "Choice", "FORMS", "KEY", "KEYS", "PrecisionError", "VAR", "bf16_flags", "choose",
+           "cpu_flags", "dtype", "fp32_log_probs", "fp32_log_probs_for_verl_engine", "startup_line",
+           "unsupported_keys"]  # fmt: skip
