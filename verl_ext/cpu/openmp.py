@@ -7,7 +7,9 @@ and leaves the old-log-prob pass and the update within 2 % - each measured in on
 (2 training processes on 2 cores, the tiny model, ``benchmarks/bench_trainer.py --gpus-per-node 2 --dynamic``) the
 training half of a step was 46 % slower with it (update 1.27 s against 1.04 s; whole step 6.64 s against 5.78 s):
 Intel's threads keep spinning after each parallel region (``KMP_BLOCKTIME``, 200 ms by default) and take the cores
-from the other rank. So it is off by default; ``VERL_EXT_CPU_IOMP=1`` turns it on for generation-heavy runs. ``KMP_BLOCKTIME=0``
+from the other rank. So it is off by default; ``VERL_EXT_CPU_IOMP=1`` turns it on for generation-heavy runs, per process: the
+training workers get ``KMP_BLOCKTIME=0`` and vLLM's engine processes Intel's 200 ms. Measured so in bf16 on SmolLM2
+(``benchmarks/bench_precision.py --variants bf16 bf16+iomp``): the whole step 1.05x slower, so it stays opt-in. ``KMP_BLOCKTIME=0``
 (docs/benchmarks.md) removes the training loss (2 ranks: update 0.93-0.94x of libgomp's) but also
 the generation gain (1.02x against 0.88x with the default blocktime): no single setting helps both.
 Debian's tcmalloc adds 3-8 % on top and is not adopted.
