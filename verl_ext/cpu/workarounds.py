@@ -15,6 +15,9 @@ once the upstream code no longer needs it (so the workaround can be deleted), ne
 7. :func:`master_port_outside_ephemeral_range` - verl's worker groups, whose process-group port can be taken
    before the workers bind it.
 
+The eighth, verl's log-probs from bf16 logits computed in bf16 on CPU, lives with CPU mode's precision:
+:func:`verl_ext.cpu.precision.fp32_log_probs_for_verl_engine`.
+
 The fourth problem met on the way - ``vllm_async_server.py`` reading the worker's accelerator id from Ray -
 needs no workaround: :class:`verl_ext.cpu.platform.PlatformCPU` names Ray's ``GPU`` resource as its slot.
 """
