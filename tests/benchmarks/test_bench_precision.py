@@ -31,3 +31,12 @@ def test_summary_takes_medians_over_rounds_and_ratios_to_the_first_variant():
     assert summary["bf16"]["update_gflops"] == pytest.approx(8 * bp.SMOLLM2_PARAMS * 1000 / 5.5 / 1e9)
     assert summary["bf16"]["peak_gflops"] == 900.0 and summary["bf16"]["rounds"] == 3
     assert "| smollm2 | bf16 | 3 | 11.00 (0.50) |" in bp.table({"summary": list(summary.values())})
+
+
+def test_the_course_averages_five_step_blocks():
+    from benchmarks import precision_course as pc
+
+    rows = [{"step": s, "actor/entropy": float(s)} for s in range(1, 11)]
+    assert pc.blocks(rows, "actor/entropy", steps=10) == [3.0, 8.0]
+    rows[0][pc.GREEDY], rows[-1][pc.GREEDY] = 0.5, 0.75
+    assert pc.greedy(rows) == (0.5, 0.75)

@@ -187,8 +187,8 @@ def test_erc_keeps_every_on_policy_token_and_masks_after_an_update(runs, name):
     run = runs(name)
     if name in RECIPE_ENV and precision.choose("auto").precision == "bf16":
         # the real model computes in bf16 here: two packings of the same tokens give entropies apart by more than the
-        # band for some tokens (17 % of SmolLM2's, benchmarks/bf16_entropy.py), so ERC masks some on-policy tokens
-        assert 0.5 < run.metric(1, "actor/erc/kept_frac") < 1.0
+        # band for some tokens (17 % of SmolLM2's, benchmarks/bf16_entropy.py), so ERC may mask on-policy tokens
+        assert 0.5 < run.metric(1, "actor/erc/kept_frac") <= 1.0
         assert run.metric(1, "actor/erc/entropy_ratio_mean") == pytest.approx(1.0, abs=0.1)
         return
     assert run.metric(1, "actor/erc/kept_frac") == pytest.approx(1.0, abs=1e-6)
