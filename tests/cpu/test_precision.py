@@ -56,16 +56,26 @@ def test_choice_follows_the_variable_and_the_cpu(requested, flags, chosen):
     assert choice.precision == chosen and choice.requested == requested.lower()
 
 
-def test_forcing_bf16_on_a_cpu_without_it_names_the_variable_the_flags_and_the_way_out():
+def test_forcing_bf16_on_a_cpu_without_it_names_the_variable_the_flags_and_the_way_out(monkeypatch):
+    monkeypatch.setenv(precision.VAR, "bf16")
     with pytest.raises(precision.PrecisionError) as info:
-        precision.choose("bf16", PLAIN_CPU)
+        precision.choose(None, PLAIN_CPU)
     message = str(info.value)
     assert "VERL_EXT_CPU_PRECISION=bf16" in message and "avx512_bf16" in message and "allowed auto or fp32" in message
 
 
-def test_a_bad_value_names_the_allowed_ones():
+def test_a_bad_value_names_the_allowed_ones(monkeypatch):
+    monkeypatch.setenv(precision.VAR, "half")
     with pytest.raises(precision.PrecisionError, match=r"VERL_EXT_CPU_PRECISION='half' is invalid: allowed auto"):
-        precision.choose("half", BF16_CPU)
+        precision.choose(None, BF16_CPU)
+
+
+def test_without_the_variable_messages_name_the_config_key(monkeypatch):
+    """The tiny models' groups request fp32 themselves: the start-up line must not claim the variable was set."""
+    monkeypatch.delenv(precision.VAR, raising=False)
+    assert precision.choose("fp32", BF16_CPU).reason == "verl_ext.cpu_precision=fp32"
+    with pytest.raises(precision.PrecisionError, match=r"^verl_ext.cpu_precision=bf16 is invalid on this CPU"):
+        precision.choose("bf16", PLAIN_CPU)
 
 
 def test_on_a_bf16_cpu_the_composed_config_runs_verls_gpu_precision(cpu, monkeypatch):

@@ -81,22 +81,24 @@ def bf16_flags(flags: set[str] | None = None) -> list[str]:
 
 
 def choose(requested: str | None = None, flags: set[str] | None = None) -> Choice:
-    """The precision ``requested`` (default: :data:`VAR` from the environment, else ``auto``) gives on this CPU."""
+    """The precision ``requested`` (default: :data:`VAR` from the environment, else ``auto``) gives on this CPU.
+    Messages name :data:`VAR` where it is set, else :data:`KEY` (a config group's default, or the command line)."""
+    source = VAR if VAR in os.environ or requested is None else KEY
     requested = str(os.environ.get(VAR, "auto") if requested is None else requested).strip().lower() or "auto"
     if requested not in CHOICES:
-        raise PrecisionError(f"{VAR}={requested!r} is invalid: allowed auto (bf16 where the CPU has bf16 "
+        raise PrecisionError(f"{source}={requested!r} is invalid: allowed auto (bf16 where the CPU has bf16 "
                              "instructions, else fp32), bf16 or fp32")  # fmt: skip
     found = bf16_flags(flags)
     cpu = platform.machine()
     if requested == "fp32":
-        return Choice("fp32", requested, f"{VAR}=fp32")
+        return Choice("fp32", requested, f"{source}=fp32")
     if found:
-        return Choice("bf16", requested, f"{VAR}={requested}; this CPU has {', '.join(found)}")
+        return Choice("bf16", requested, f"{source}={requested}; this CPU has {', '.join(found)}")
     if requested == "bf16":
-        raise PrecisionError(f"{VAR}=bf16 is invalid on this CPU ({cpu}): it has none of {', '.join(BF16_FLAGS)} "
+        raise PrecisionError(f"{source}=bf16 is invalid on this CPU ({cpu}): it has none of {', '.join(BF16_FLAGS)} "
                              "in /proc/cpuinfo, and torch would emulate bf16 there, slower than fp32; allowed "
                              "auto or fp32")  # fmt: skip
-    return Choice("fp32", requested, f"{VAR}=auto; this CPU ({cpu}) has none of {', '.join(BF16_FLAGS)}")
+    return Choice("fp32", requested, f"{source}=auto; this CPU ({cpu}) has none of {', '.join(BF16_FLAGS)}")
 
 
 def dtype(form: str, requested: str | None = None) -> str:
