@@ -153,7 +153,10 @@ def test_recipe_trains_at_cpu_scale_with_its_structure(runs, name):
         if name not in RECIPE_ENV:  # the tiny model runs in fp32 (its groups' default): vLLM and the actor agree
             assert abs(run.metric(step, "training/rollout_probs_diff_max")) < 1e-3
     assert any(run.metric(s, "critic/advantages/max") > run.metric(s, "critic/advantages/min") for s in (1, 2, 3))
-    assert run.metric(1, "actor/ppo_kl") == pytest.approx(0.0, abs=1e-6)  # lr 0 at step 1: both mini-batches on-policy
+    # lr 0 at step 1: both mini-batches on-policy; in bf16 (the real model on a bf16 CPU) the old-log-prob pass and the
+    # update pack the tokens differently, and bf16's forward pass moves their log-probs by ~1e-3 (still far from 0.2)
+    on_policy_kl = 2e-2 if name in RECIPE_ENV and precision.choose("auto").precision == "bf16" else 1e-6
+    assert run.metric(1, "actor/ppo_kl") == pytest.approx(0.0, abs=on_policy_kl)
     assert run.metric(3, "actor/ppo_kl") != 0.0  # the second mini-batch of step 3 saw the first one's update
     family = "gsm8k" if name.startswith("gsm8k") else "dapo"
     # DAPO validates with n samples (32 on the cluster, 2 here) and verl's math_dapo accuracy; GSM8K greedily, n = 1
@@ -188,8 +191,9 @@ def test_erc_keeps_every_on_policy_token_and_masks_after_an_update(runs, name):
     if name in RECIPE_ENV and precision.choose("auto").precision == "bf16":
         # the real model computes in bf16 here: two packings of the same tokens give entropies apart by more than the
         # band for some tokens (17 % of SmolLM2's, benchmarks/bf16_entropy.py), so ERC may mask on-policy tokens
+        # (the ratio's mean is no check here: a near-certain token's bf16 entropy can be exactly 0, and its ratio
+        # then ~1e5 - one such token dominates the mean; ERC masks it)
         assert 0.5 < run.metric(1, "actor/erc/kept_frac") <= 1.0
-        assert run.metric(1, "actor/erc/entropy_ratio_mean") == pytest.approx(1.0, abs=0.1)
         return
     assert run.metric(1, "actor/erc/kept_frac") == pytest.approx(1.0, abs=1e-6)
     assert run.metric(1, "actor/erc/entropy_ratio_mean") == pytest.approx(1.0, abs=1e-5)
