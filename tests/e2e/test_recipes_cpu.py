@@ -86,6 +86,9 @@ dapo_entropic as written - is the same code on the same paths, and their composi
 RECIPE_ENV: dict[str, dict[str, str]] = {"gsm8k_grpo_erc": {"MODEL": "smollm2"}}
 """Recipes run with more than SCALE=cpu: the real model (its own lengths 160/64, LR 1e-5, vLLM TP 1)."""
 
+REAL_MODEL_IN_BF16 = precision.choose("auto").precision == "bf16"
+"""The real-model launch computes in bf16 (CPU mode's default for it where the CPU has bf16 instructions)."""
+
 REAL_MODEL_ENTROPY = (0.05, 1.5)
 """Nats per token a pretrained instruct model samples at (the tiny repeat-the-digit policy of recipe/cpu_tiny.sh
 sits at ~3.4; SmolLM2 after its format warm-up at ~0.6, before it at ~1.9 with mostly unscorable answers)."""
@@ -155,7 +158,7 @@ def test_recipe_trains_at_cpu_scale_with_its_structure(runs, name):
     assert any(run.metric(s, "critic/advantages/max") > run.metric(s, "critic/advantages/min") for s in (1, 2, 3))
     # lr 0 at step 1: both mini-batches on-policy; in bf16 (the real model on a bf16 CPU) the old-log-prob pass and the
     # update pack the tokens differently, and bf16's forward pass moves their log-probs by ~1e-3 (still far from 0.2)
-    on_policy_kl = 2e-2 if name in RECIPE_ENV and precision.choose("auto").precision == "bf16" else 1e-6
+    on_policy_kl = 2e-2 if name in RECIPE_ENV and REAL_MODEL_IN_BF16 else 1e-6
     assert run.metric(1, "actor/ppo_kl") == pytest.approx(0.0, abs=on_policy_kl)
     assert run.metric(3, "actor/ppo_kl") != 0.0  # the second mini-batch of step 3 saw the first one's update
     family = "gsm8k" if name.startswith("gsm8k") else "dapo"
@@ -188,7 +191,7 @@ def test_erc_keeps_every_on_policy_token_and_masks_after_an_update(runs, name):
     (0.95, 1.05) is crossed and ERC masks tokens. In bf16 (the real model on a bf16 CPU) the packings disagree by more
     than the band on some tokens: some on-policy tokens are masked."""
     run = runs(name)
-    if name in RECIPE_ENV and precision.choose("auto").precision == "bf16":
+    if name in RECIPE_ENV and REAL_MODEL_IN_BF16:
         # the real model computes in bf16 here: two packings of the same tokens give entropies apart by more than the
         # band for some tokens (17 % of SmolLM2's, benchmarks/bf16_entropy.py), so ERC may mask on-policy tokens
         # (the ratio's mean is no check here: a near-certain token's bf16 entropy can be exactly 0, and its ratio
@@ -276,11 +279,10 @@ def test_real_model_recipe_trains_smollm2_in_its_entropy_regime(runs):
     assert "MODEL=smollm2: " in run.output
     # bf16 compute where the CPU has it, as on a GPU (verl_ext.cpu.precision): bf16 vLLM against the bf16 actor (fp32
     # log-probs from its bf16 logits) gives the rollout-vs-actor gap verl's rollout correction exists for
-    bf16 = precision.choose("auto").precision == "bf16"
-    assert ("CPU mode runs in bf16 compute as on a GPU" if bf16 else "CPU mode runs in fp32 everywhere") in run.output
+    assert ("CPU mode runs in bf16 compute as on a GPU" if REAL_MODEL_IN_BF16 else "CPU mode runs in fp32 everywhere") in run.output
     for step in (1, 2, 3):
         gap = run.metric(step, "training/rollout_probs_diff_mean")
-        assert (1e-4 < gap < 0.05) if bf16 else (gap < 1e-4), (step, gap)
+        assert (1e-4 < gap < 0.05) if REAL_MODEL_IN_BF16 else (gap < 1e-4), (step, gap)
     marker = json.loads((scale_dir / "models" / "SmolLM2-135M-Instruct" / "verl_ext_model.json").read_text())
     assert marker["parameters"] == 134_515_008
     config = json.loads((scale_dir / "smollm2" / "model" / "config.json").read_text())
