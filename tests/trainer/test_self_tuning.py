@@ -73,8 +73,8 @@ def test_auto_logs_its_estimates_each_step():
         value, metrics = made.update(step, h)
         for key in self_tuning.ESTIMATE_KEYS:
             assert math.isfinite(metrics[key]), key
-        assert 0.0 <= value <= 0.005 and metrics["entropy_control/entropy_coef"] == value
-    assert metrics["entropy_control/gain"] >= self_tuning.GAIN_FLOOR * self_tuning.RATE_PRIOR / 0.005
+        assert -0.1 <= value <= 0.1 and metrics["entropy_control/entropy_coef"] == value
+    assert metrics["entropy_control/gain"] >= self_tuning.GAIN_FLOOR * self_tuning.RATE_PRIOR / 0.1
     assert 0.15 < metrics["entropy_control/filtered_entropy"] < 0.4
 
 
@@ -82,6 +82,22 @@ def test_auto_with_the_default_bounds_takes_only_enable_target_and_actuator():
     for actuator in ("entropy_coef", "pos_weight", "cov_ratio"):
         cfg = EntropyControlConfig(enable=True, controller="auto", actuator=actuator, target=0.3)
         EntropyController(cfg, ratio_init=0.002).update(1, 0.3)
+
+
+def test_the_coefficient_range_defaults_per_controller():
+    """Unset (null), the coefficient's range is [-0.1, 0.1] with auto (two-sided) and Skywork-OR1's [0, 0.005] with
+    the fixed laws; a value the user sets is kept; another actuator leaves both null (nothing reads them)."""
+    auto = EntropyControlConfig(enable=True, controller="auto", actuator="entropy_coef", target=0.3)
+    assert (auto.coef_min, auto.coef_max) == (-0.1, 0.1)
+    assert (EntropyControlConfig(enable=True, controller="auto", actuator="entropy_coef", target=0.3, coef_max=0.02)
+            .coef_min) == -0.02  # fmt: skip
+    assert (EntropyControlConfig(enable=True, controller="auto", actuator="entropy_coef", target=0.3, coef_min=0.0)
+            .coef_max) == 0.1  # fmt: skip
+    for controller in ("pi", "skywork", "entropic"):
+        cfg = EntropyControlConfig(enable=True, controller=controller, actuator="entropy_coef", target=0.3)
+        assert (cfg.coef_min, cfg.coef_max) == (0.0, 0.005), controller
+    ratio = EntropyControlConfig(enable=True, controller="auto", actuator="cov_ratio", target=0.3)
+    assert (ratio.coef_min, ratio.coef_max) == (None, None)
 
 
 def test_auto_moves_each_actuator_the_way_that_raises_a_low_entropy():

@@ -35,6 +35,13 @@ CONTROLLERS = (*FIXED_LAW_CONTROLLERS, "auto")
 """Every ``controller`` value: the fixed laws of :mod:`~verl_ext.control.controllers` and the self-tuning ``auto``."""
 AUTO_LAG_MAX = 4
 """The largest ``auto_lag`` (the committed logs' fits: 0-2 steps)."""
+AUTO_COEF_REACH = 0.1
+"""``controller=auto``'s default coefficient range is ``[-0.1, 0.1]``: the entropy term's gradient stays within a
+tenth of the policy gradient's per-token scale (GRPO's and DAPO's advantages are normalised to unit scale, the
+entropy's gradient on a token's logits is at most of the order of its entropy), so it shapes the entropy without
+outweighing the reward; the real model's fitted plant holds 0.3 nats at ~0.027 (:mod:`verl_ext.analysis.plant`)."""
+FIXED_LAW_COEF_MAX = 0.005
+"""The other controllers' default ``coef_max``: Skywork-OR1's ``MAX_ENT_COEF``."""
 INTEGRAL_CADENCES = ("mini_batch", "step")
 """``entropic_integral_per``: how often EntroPIC's integral takes the error (:mod:`~verl_ext.control.controllers`)."""
 
@@ -120,15 +127,17 @@ class EntropyControlConfig(PrefixedConfig):
     (``ppo_epochs x`` the mini-batches of the training batch), each time the same pre-update entropy error; ``step``
     adds it once per training step (verl_ext's cadence before; with DAPO's 8 mini-batches an 8x weaker integral)."""
 
-    coef_min: float = 0.0
-    """``entropy_coef``: smallest coefficient (>= 0; Skywork-OR1: 0, ``MIN_ENT_COEF`` of their
-    ``or1_scripts/train/*.sh``). ``pi`` works in log space: with 0 its range starts at ``coef_max x``
-    :data:`~verl_ext.control.controllers.LOG_FLOOR`. ``auto`` also takes a negative value down to ``-coef_max``
-    (entropy minimisation below 0: a two-sided actuator)."""
+    coef_min: float | None = None
+    """``entropy_coef``: smallest coefficient; null: ``-coef_max`` with ``controller=auto``, 0 with the others
+    (Skywork-OR1's ``MIN_ENT_COEF`` of their ``or1_scripts/train/*.sh``). ``pi``, ``skywork`` and ``entropic`` take
+    it >= 0; ``pi`` works in log space: with 0 its range starts at ``coef_max x``
+    :data:`~verl_ext.control.controllers.LOG_FLOOR`. ``auto`` takes it down to ``-coef_max``: below 0 the term
+    minimises entropy, which makes the actuator two-sided."""
 
-    coef_max: float = 0.005
-    """``entropy_coef``: largest coefficient (> coef_min; Skywork-OR1: 0.005, ``MAX_ENT_COEF`` of their
-    ``or1_scripts/train/*.sh``; their yaml's 0.5 is overridden by every script)."""
+    coef_max: float | None = None
+    """``entropy_coef``: largest coefficient (> coef_min); null: :data:`AUTO_COEF_REACH` (0.1) with
+    ``controller=auto``, 0.005 with the others (Skywork-OR1's ``MAX_ENT_COEF`` of their ``or1_scripts/train/*.sh``;
+    their yaml's 0.5 is overridden by every script)."""
 
     coef_init: float = 0.0
     """``entropy_coef``: start value (``skywork``) or value at zero error (``pi``, ``entropic``), in
@@ -218,12 +227,17 @@ class EntropyControlConfig(PrefixedConfig):
                 raise EntropyControlConfig.error(key, f"{getattr(self, key)!r} is set but {role}={chosen} ignores it "
                                                  f"(it is read by {role}={owner} only): remove it, or choose "
                                                  f"{role}={owner}")  # fmt: skip
+        if self.actuator == "entropy_coef":  # the range's defaults depend on the controller (null until chosen)
+            if self.coef_max is None:
+                self.coef_max = AUTO_COEF_REACH if self.controller == "auto" else FIXED_LAW_COEF_MAX
+            if self.coef_min is None:
+                self.coef_min = -self.coef_max if self.controller == "auto" else 0.0
         if self.controller == "auto" and self.actuator == "entropy_coef":
             if _number("coef_max", self.coef_max) <= 0 or not -self.coef_max <= _number("coef_min", self.coef_min) < self.coef_max:
                 raise EntropyControlConfig.error("coef_min", f"coef_min={self.coef_min!r}, coef_max={self.coef_max!r} are "
                                                  "invalid with controller=auto: allowed -coef_max <= coef_min < coef_max, "
                                                  "coef_max > 0 (below 0 the coefficient minimises entropy)")  # fmt: skip
-        else:
+        elif self.actuator == "entropy_coef":
             self._check_range("coef", 0.0, None)
         self._check_range("weight", -1.0, 1.0)
 
