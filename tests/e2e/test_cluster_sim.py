@@ -11,7 +11,8 @@ turns a requested 127.0.0.1 into the machine's interface address whenever it has
 3. ``scripts/cluster/check_nodes.py`` checks both nodes (verl_ext importable, losses registered);
 4. a job submitted to the Jobs API without the token, and one with a wrong token, are refused;
 5. ``scripts/cluster/submit.sh`` submits ``recipe/cpu_tiny.sh`` as a Ray job (authenticated with the token file),
-   which trains 2 steps of batch-scope Clip-Cov with the entropy autopilot with ``trainer.nnodes=2
+   which trains 2 steps of batch-scope Clip-Cov with the entropy autopilot (its default controller, ``auto``) with
+   ``trainer.nnodes=2
    trainer.n_gpus_per_node=1``: one FSDP2 rank and one vLLM server per node, the two FSDP ranks in one gloo group,
    the selection made once over the batch of both.
 """
@@ -183,5 +184,8 @@ def test_trains_two_steps_on_two_nodes(cluster):
         expected = max(1, int(data["entropy_control/ratio"] * tokens)) / tokens
         assert data["actor/clip_cov/batch_selected_frac"] == pytest.approx(expected, rel=1e-6)
         assert data["actor/clip_cov/selected_frac"] > 0.0
+        # the default controller (auto) set that ratio: its estimates of the step are logged
+        assert data["entropy_control/noise"] > 0.0 and data["entropy_control/gain"] > 0.0
+        assert data["entropy_control/filtered_entropy"] > 0.0
     servers = [line for line in log.splitlines() if "LLMServerManager: [" in line]
     assert servers and servers[0].count("127.0.0.1:") == 2, servers  # one vLLM server per node

@@ -41,9 +41,11 @@ COV_RATIO = 0.05
 pytestmark = [cpu_only, needs_vllm_cpu, pytest.mark.e2e]
 
 
-AUTOPILOT = ("verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.target=3.0",
-             "verl_ext.entropy_control.ratio_min=0.001", "verl_ext.entropy_control.ratio_max=0.5")  # fmt: skip
-"""The entropy autopilot from the run's COV_RATIO, with a target near the tiny model's initial entropy."""
+AUTOPILOT = ("verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.controller=pi",
+             "verl_ext.entropy_control.target=3.0", "verl_ext.entropy_control.ratio_min=0.001",
+             "verl_ext.entropy_control.ratio_max=0.5")  # fmt: skip
+"""The entropy autopilot's PI law from the run's COV_RATIO, with a target near the tiny model's initial entropy: the
+resume test checks its integral (the default ``auto`` trains in the cluster test)."""
 
 DYNAMIC_BSZ = (
     "actor_rollout_ref.actor.use_dynamic_bsz=True",
@@ -141,9 +143,10 @@ def runs(assets: Path):
     @cache
     def get(name: str) -> Run:
         assert name == "demo_autopilot_lens", name
-        # V1 trainer through the demo: batch-scope Clip-Cov with the autopilot and the lens, dynamic batch size, a
-        # checkpoint at step 2
-        return demo(assets, "actor_rollout_ref.actor.policy_loss.clip_cov_lb=-100",
+        # V1 trainer through the demo: batch-scope Clip-Cov with the autopilot (its PI law, whose first step the
+        # test checks) and the lens, dynamic batch size, a checkpoint at step 2
+        return demo(assets, "verl_ext.entropy_control.controller=pi",
+                    "actor_rollout_ref.actor.policy_loss.clip_cov_lb=-100",
                     "actor_rollout_ref.actor.policy_loss.clip_cov_ub=100", *DYNAMIC_BSZ,
                     "verl_ext.token_lens.enable=true", "trainer.save_freq=2")  # fmt: skip
 

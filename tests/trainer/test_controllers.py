@@ -196,7 +196,7 @@ def test_state_resumes_exactly_and_refuses_another_pair():
 
 
 def test_a_state_saved_before_the_split_loads_as_pi_on_the_ratio():
-    controller = EntropyController(EntropyControlConfig(enable=True, target=1.0), ratio_init=0.01)
+    controller = EntropyController(EntropyControlConfig(enable=True, controller="pi", target=1.0), ratio_init=0.01)
     controller.load_state_dict({"integral": 0.5, "ratio": 0.02, "step": 7})
     assert (controller.state.integral, controller.state.value, controller.state.step) == (0.5, 0.02, 7)
 

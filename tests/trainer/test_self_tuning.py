@@ -126,7 +126,7 @@ def test_auto_state_survives_a_checkpoint_as_json():
         value, metrics = resumed.update(s, h)
         assert value == expected[s - 1][0] and metrics == expected[s - 1][1], s
     with pytest.raises(Exception, match="controller=auto, actuator=cov_ratio"):
-        EntropyController(EntropyControlConfig(enable=True, target=0.5), ratio_init=0.01).load_state_dict(
+        EntropyController(EntropyControlConfig(enable=True, controller="pi", target=0.5), ratio_init=0.01).load_state_dict(
             first.state_dict())
 
 

@@ -72,10 +72,10 @@ class EntropyControlConfig(PrefixedConfig):
     checkpoint of a run without the autopilot, or the file lost): ``false`` is an error naming the file; ``true``
     starts the controller from its initial state (integral 0, the actuator's init) with a warning."""
 
-    controller: str = "pi"
-    """``pi`` (log-space PI, anti-windup), ``skywork`` (Skywork-OR1's +-delta rule with the below-target gate),
-    ``entropic`` (EntroPIC's linear PI law) or ``auto`` (self-tuning: measures its noise, learns the actuator's
-    gain and the drift online; :mod:`~verl_ext.control.self_tuning`)."""
+    controller: str = "auto"
+    """``auto`` (self-tuning: measures its noise, learns the actuator's gain and the drift online, no gains to size;
+    :mod:`~verl_ext.control.self_tuning`), ``pi`` (log-space PI with the gains ``kp`` / ``ki``, anti-windup),
+    ``skywork`` (Skywork-OR1's +-delta rule with the below-target gate) or ``entropic`` (EntroPIC's linear PI law)."""
 
     actuator: str = "cov_ratio"
     """``cov_ratio`` (Clip-Cov / KL-Cov selection ratio; ``clip_cov`` / ``kl_cov`` with ``cov_scope=batch``),

@@ -31,7 +31,7 @@ AUTOPILOT_BOUNDS = (1e-3, 0.5)
 """The selection-ratio range the demo's autopilot may use (``ratio_min``, ``ratio_max``)."""
 
 CONTROL_RUNS: dict[str, tuple[str, tuple[str, ...]]] = {
-    AUTOPILOT_RUN: ("clip_cov", ("controller=pi", "actuator=cov_ratio", f"ratio_min={AUTOPILOT_BOUNDS[0]}",
+    AUTOPILOT_RUN: ("clip_cov", ("actuator=cov_ratio", f"ratio_min={AUTOPILOT_BOUNDS[0]}",
                                  f"ratio_max={AUTOPILOT_BOUNDS[1]}")),
     "pi_coef": ("vanilla", ("controller=pi", "actuator=entropy_coef", "coef_min=0.0001", "coef_max=0.1",
                              "coef_init=0.005")),
@@ -39,9 +39,10 @@ CONTROL_RUNS: dict[str, tuple[str, tuple[str, ...]]] = {
     "entropic": ("vanilla", ("controller=entropic", "actuator=pos_weight")),
 }
 """Runs that hold ``--entropy-target`` with the entropy autopilot: run name -> (loss, ``verl_ext.entropy_control`` keys
-beside ``enable`` and ``target``). Every other key keeps its default (the papers' values: Skywork-OR1's coefficient
-from 0, +- 0.0001 in [0, 0.005] (their or1_scripts/train/*.sh), EntroPIC's gains 1 / 0.01; verl_ext's pi gains 10 / 2).
-``pi_coef`` sets its zero-error coefficient 0.005 (pi works in log space: the default 0 is Skywork's start)."""
+beside ``enable`` and ``target``). Every other key keeps its default: ``autopilot`` is the default controller
+(``auto``, self-tuning) on Clip-Cov's ratio; the papers' values for the others (Skywork-OR1's coefficient from 0,
++- 0.0001 in [0, 0.005] (their or1_scripts/train/*.sh), EntroPIC's gains 1 / 0.01); ``pi_coef`` is verl_ext's PI law
+with the gains 10 / 2 and its zero-error coefficient 0.005 (pi works in log space: the default 0 is Skywork's start)."""
 
 RUN_NAMES = (*LOSSES, *CONTROL_RUNS)
 
