@@ -15,7 +15,9 @@ the same model, data, seed and settings; verl's V1 trainer, ``--legacy`` for the
 | ``high_entropy`` | gradient on the 20 % highest-entropy tokens (no target) |
 | ``entropy_adv`` | entropy-shaped advantages (no target) |
 
-Per run: the mean absolute relative gap to the target over the second half (``mean |H - H*| / H*``), the overshoot
+Per run, over the second half, the tracking figures of :mod:`verl_ext.analysis.control` (as ``verl_ext.analyze``
+reports them): the bias ``|geomean(H / H*) - 1|``, the gap on 5-step blocks, and the per-step gap
+(``mean |H - H*| / H*``, the figure these comparisons reported first); then the overshoot
 (the largest relative excursion past the target after entropy first crossed it; 0 if it never did), entropy and reward
 over the last 5 steps, the mean step time (steps 2..N), and for controlled runs the actuator's trajectory and the share
 of second-half steps on a bound.
@@ -37,7 +39,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from verl_ext.analysis.control import relative_gap
+from verl_ext.analysis.control import bias, block_gap, relative_gap
 from verl_ext.demo.runs import CONTROL_RUNS, MODELS, log_path, read_steps
 
 VARIANTS = ("vanilla", "clip_cov", "autopilot", "skywork", "pi_coef", "entropic", "high_entropy", "entropy_adv")
@@ -87,14 +89,18 @@ def result(out: Path, variant: str, seed: int, target: float) -> dict[str, Any]:
 
 def summary(results: list[dict[str, Any]], target: float) -> str:
     """One row per variant: means over the seeds (and the spread of the gap)."""
-    lines = [f"| run | gap to H*={target} (2nd half) | overshoot | entropy last 5 | reward last 5 | step time (s) | "
-             "on a bound (2nd half) |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    lines = [f"| run | bias to H*={target} (2nd half) | gap on 5-step blocks | per-step gap (2nd half) | overshoot | "
+             "entropy last 5 | reward last 5 | step time (s) | on a bound (2nd half) |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
     for variant in dict.fromkeys(r["variant"] for r in results):
         rs = [r for r in results if r["variant"] == variant]
         mean = lambda key: statistics.fmean(r[key] for r in rs)  # noqa: E731
         gaps = [r["tracking_error"] for r in rs]
+        halves = [r["entropy"][len(r["entropy"]) // 2:] for r in rs]  # from the trajectory: older files lack the keys
+        biases, blocks = [bias(h, target) for h in halves], [block_gap(h, target) for h in halves]
         bound = f"{mean('saturated_share'):.0%}" if "saturated_share" in rs[0] else "-"
-        lines.append(f"| {variant} | {mean('tracking_error'):.1%} ({min(gaps):.1%}-{max(gaps):.1%}) | "
+        lines.append(f"| {variant} | {statistics.fmean(biases):.1%} ({min(biases):.1%}-{max(biases):.1%}) | "
+                     f"{statistics.fmean(blocks):.1%} | {mean('tracking_error'):.1%} ({min(gaps):.1%}-{max(gaps):.1%}) | "
                      f"{mean('overshoot'):.1%} | {mean('entropy_last'):.2f} | {mean('reward_last'):.3f} | "
                      f"{mean('step_time'):.2f} | {bound} |")  # fmt: skip
     return "\n".join(lines)
