@@ -1,0 +1,144 @@
+"""The self-tuning entropy controller (``controller=auto``) on the real model: its 40-step runs' tracking figures.
+
+Every run is a ``SCALE=cpu MODEL=smollm2 STEPS=40`` GSM8K GRPO recipe launch on SmolLM2-135M-Instruct in CPU mode's
+default precision on this machine (bf16: its CPU has ``avx512_bf16``; docs/cpu_mode.md), target 0.3 nats, the
+controller's defaults (commands in docs/autopilot.md); its verl file log is kept as
+``benchmarks/results/results_real_model_auto_*.jsonl``. Per run, over steps 21-40, by the definitions of
+:mod:`verl_ext.analysis.control` (the same as ``verl_ext.analyze``'s tracking line):
+
+* ``bias``: ``|geomean(H / H*) - 1|``;
+* ``block gap``: the mean over 5-step blocks of ``|geomean_block(H / H*) - 1|``;
+* ``on a bound``: the share of steps with the actuator on a bound of its range (``entropy_control/saturated``);
+* ``per-step gap``: ``mean |H - H*| / H*``, beside its noise floor at the noise the run's own entropies show;
+* the controller's own estimates at step 40 (measurement noise in log H, gain, drift) and the actuator's range over
+  the second half; for Clip-Cov's ratio, the share of those steps whose selection took fewer tokens than the ratio
+  asked (``entropy_control/limited``: Clip-Cov's covariance bounds admitted fewer candidates).
+
+and per actuator the median over its seeds, against the bounds the controller must meet on the entropy coefficient
+(bias <= 0.15, block gap <= 0.35, on a bound <= 30 %). The uncontrolled reference is vanilla GRPO's bf16 run
+(``results_real_model_vanilla_40_bf16.jsonl``, seed 0), by the same definitions.
+
+    python -m benchmarks.auto_control_runs            # the markdown tables
+    python -m benchmarks.auto_control_runs --json F   # the figures as JSON
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from verl_ext.analysis.control import bias, block_gap, gap_noise_floor, log_noise_sigma, relative_gap
+from verl_ext.contract import CONTROL_ACTUATOR_KEYS, CONTROL_METRIC_PREFIX, CONTROL_SATURATED
+from verl_ext.demo.runs import read_steps
+
+RESULTS = Path(__file__).resolve().parent / "results"
+"""Where the run logs are kept (``benchmarks/results/``)."""
+TARGET = 0.3
+"""H*, nats per token."""
+STEPS = 40
+BOUNDS = {"bias": 0.15, "block_gap": 0.35, "on_bound": 0.30}
+"""What the controller must meet on the entropy coefficient, median over seeds, steps 21-40."""
+
+
+@dataclass(frozen=True)
+class AutoRun:
+    actuator: str
+    """``entropy_coef`` or ``cov_ratio`` (``vanilla`` for the uncontrolled reference)."""
+    seed: str
+    log: str
+    """verl's file log, under benchmarks/results/."""
+
+
+RUNS = (
+    AutoRun("entropy_coef", "0", "results_real_model_auto_coef_40.jsonl"),
+    AutoRun("entropy_coef", "1", "results_real_model_auto_coef_40_seed1.jsonl"),
+    AutoRun("entropy_coef", "2", "results_real_model_auto_coef_40_seed2.jsonl"),
+    AutoRun("cov_ratio", "0", "results_real_model_auto_cov_40.jsonl"),
+    AutoRun("cov_ratio", "1", "results_real_model_auto_cov_40_seed1.jsonl"),
+    AutoRun("cov_ratio", "2", "results_real_model_auto_cov_40_seed2.jsonl"),
+)
+REFERENCE = AutoRun("vanilla", "0", "results_real_model_vanilla_40_bf16.jsonl")
+
+
+def figures(run: AutoRun, root: Path = RESULTS) -> dict[str, Any]:
+    """One run's tracking figures over the second half, from its file log."""
+    rows = {r["step"]: r for r in read_steps(root / run.log)}
+    missing = [s for s in range(1, STEPS + 1) if "actor/entropy" not in rows.get(s, {})]
+    if missing:
+        raise ValueError(f"{run.log}: no actor/entropy at steps {missing}")
+    entropy = np.array([rows[s]["actor/entropy"] for s in range(1, STEPS + 1)])
+    half = entropy[STEPS // 2:]
+    sigma = log_noise_sigma(entropy)
+    out: dict[str, Any] = {
+        "actuator": run.actuator, "seed": run.seed, "log": run.log,
+        "bias": bias(half, TARGET), "block_gap": block_gap(half, TARGET), "per_step_gap": relative_gap(half, TARGET),
+        "noise_sigma": sigma, "noise_floor": gap_noise_floor(sigma),
+        "entropy_geomean": float(np.exp(np.log(half).mean())),
+    }  # fmt: skip
+    if run.actuator in CONTROL_ACTUATOR_KEYS:
+        second = [rows[s] for s in range(STEPS // 2 + 1, STEPS + 1)]
+        value = [r[CONTROL_ACTUATOR_KEYS[run.actuator]] for r in second]
+        last = rows[STEPS]
+        out.update({
+            "on_bound": statistics.fmean(float(r[CONTROL_SATURATED]) for r in second),
+            "value_min": min(value), "value_max": max(value),
+            "est_noise": last[CONTROL_METRIC_PREFIX + "noise"], "est_gain": last[CONTROL_METRIC_PREFIX + "gain"],
+            "est_drift": last[CONTROL_METRIC_PREFIX + "drift"],
+        })  # fmt: skip
+        if run.actuator == "cov_ratio":
+            out["limited"] = statistics.fmean(float(r.get(CONTROL_METRIC_PREFIX + "limited", 0.0)) for r in second)
+    return out
+
+
+def per_run(results: list[dict[str, Any]]) -> str:
+    lines = ["| actuator | seed | bias | gap on 5-step blocks | on a bound | per-step gap (noise floor) | geomean H | "
+             "actuator, steps 21-40 | noise / gain / drift at step 40 |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |"]  # fmt: skip
+    for r in results:
+        controlled = "on_bound" in r
+        lines.append(
+            f"| {r['actuator']} | {r['seed']} | {r['bias']:.2f} | {r['block_gap']:.2f} | "
+            + (f"{r['on_bound']:.0%} | " if controlled else "- | ")
+            + f"{r['per_step_gap']:.2f} ({r['noise_floor']:.2f}) | {r['entropy_geomean']:.3f} | "
+            + (f"{r['value_min']:.3g} .. {r['value_max']:.3g}"
+               + (f" (candidate-limited {r['limited']:.0%})" if "limited" in r else "")
+               + f" | {r['est_noise']:.2f} / {r['est_gain']:.3g} / {r['est_drift']:+.3f} |" if controlled else "- | - |"))  # fmt: skip
+    return "\n".join(lines)
+
+
+def medians(results: list[dict[str, Any]]) -> str:
+    """Per actuator, the median over its seeds, and whether it meets :data:`BOUNDS`."""
+    lines = ["| actuator | seeds | bias | gap on 5-step blocks | on a bound | per-step gap (noise floor) | meets "
+             "bias <= 0.15, block gap <= 0.35, on a bound <= 30 % |",
+             "| --- | --- | ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
+    for actuator in dict.fromkeys(r["actuator"] for r in results if "on_bound" in r):
+        rs = [r for r in results if r["actuator"] == actuator]
+        m = {k: statistics.median(r[k] for r in rs) for k in ("bias", "block_gap", "on_bound", "per_step_gap",
+                                                               "noise_floor")}  # fmt: skip
+        misses = [k for k, bound in BOUNDS.items() if m[k] > bound]
+        lines.append(f"| {actuator} | {len(rs)} | {m['bias']:.2f} | {m['block_gap']:.2f} | {m['on_bound']:.0%} | "
+                     f"{m['per_step_gap']:.2f} ({m['noise_floor']:.2f}) | "
+                     + ("yes" if not misses else "no: " + ", ".join(misses)) + " |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    args = parser.parse_args(argv)
+    results = [figures(run) for run in (*RUNS, REFERENCE)]
+    print(per_run(results), end="\n\n")
+    print(medians(results))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
