@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from verl_ext.analysis.control import bias, block_gap, gap_noise_floor, log_noise_sigma, relative_gap
-from verl_ext.contract import CONTROL_ACTUATOR_KEYS, CONTROL_METRIC_PREFIX, CONTROL_SATURATED
+from verl_ext.contract import CONTROL_ACTUATOR_KEYS, CONTROL_LIMITED, CONTROL_METRIC_PREFIX, CONTROL_SATURATED
 from verl_ext.demo.runs import read_steps
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -92,7 +92,7 @@ def figures(run: AutoRun, root: Path = RESULTS) -> dict[str, Any]:
             "est_drift": last[CONTROL_METRIC_PREFIX + "drift"],
         })  # fmt: skip
         if run.actuator == "cov_ratio":
-            out["limited"] = statistics.fmean(float(r.get(CONTROL_METRIC_PREFIX + "limited", 0.0)) for r in second)
+            out["limited"] = statistics.fmean(float(r[CONTROL_LIMITED]) for r in second)
     return out
 
 
@@ -101,14 +101,14 @@ def per_run(results: list[dict[str, Any]]) -> str:
              "actuator, steps 21-40 | noise / gain / drift at step 40 |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |"]  # fmt: skip
     for r in results:
-        controlled = "on_bound" in r
-        lines.append(
-            f"| {r['actuator']} | {r['seed']} | {r['bias']:.2f} | {r['block_gap']:.2f} | "
-            + (f"{r['on_bound']:.0%} | " if controlled else "- | ")
-            + f"{r['per_step_gap']:.2f} ({r['noise_floor']:.2f}) | {r['entropy_geomean']:.3f} | "
-            + (f"{r['value_min']:.3g} .. {r['value_max']:.3g}"
-               + (f" (candidate-limited {r['limited']:.0%})" if "limited" in r else "")
-               + f" | {r['est_noise']:.2f} / {r['est_gain']:.3g} / {r['est_drift']:+.3f} |" if controlled else "- | - |"))  # fmt: skip
+        cells = [r["actuator"], r["seed"], f"{r['bias']:.2f}", f"{r['block_gap']:.2f}", "-",
+                 f"{r['per_step_gap']:.2f} ({r['noise_floor']:.2f})", f"{r['entropy_geomean']:.3f}", "-", "-"]  # fmt: skip
+        if "on_bound" in r:  # a controlled run
+            limited = f" (candidate-limited {r['limited']:.0%})" if "limited" in r else ""
+            cells[4] = f"{r['on_bound']:.0%}"
+            cells[7] = f"{r['value_min']:.3g} .. {r['value_max']:.3g}{limited}"
+            cells[8] = f"{r['est_noise']:.2f} / {r['est_gain']:.3g} / {r['est_drift']:+.3f}"
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

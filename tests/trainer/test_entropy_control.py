@@ -84,7 +84,8 @@ def test_step_response_holds_the_target_on_a_synthetic_plant():
     assert max(abs(h["measured"] - 1.0) for h in late) < 0.02
     assert late[-1]["entropy_control/ratio"] == pytest.approx(0.05, rel=0.03)
     assert not any(h["entropy_control/saturated"] for h in late)
-    fixed = run(EntropyController(EntropyControlConfig(enable=True, controller="pi", target=1.0, kp=0.0, ki=0.0), 0.01), steps=80)
+    uncontrolled = EntropyControlConfig(enable=True, controller="pi", target=1.0, kp=0.0, ki=0.0)
+    fixed = run(EntropyController(uncontrolled, 0.01), steps=80)
     assert fixed[-1]["measured"] == pytest.approx(0.2, rel=0.05)  # without control: the plant's own level
 
 
@@ -98,7 +99,8 @@ def test_saturation_and_anti_windup():
     assert history[-1]["entropy_control/ratio"] == pytest.approx(0.1)
     frozen = [h["entropy_control/integral"] for h in history[10:]]
     assert max(frozen) - min(frozen) < 1e-12
-    controller.config = EntropyControlConfig(enable=True, controller="pi", target=0.5, ratio_min=1e-4, ratio_max=0.1, kp=1.0, ki=0.3)
+    controller.config = EntropyControlConfig(enable=True, controller="pi", target=0.5, ratio_min=1e-4, ratio_max=0.1,
+                                             kp=1.0, ki=0.3)  # fmt: skip
     ratio, metrics = controller.update(41, history[-1]["measured"])
     assert ratio < 0.1 and metrics["entropy_control/saturated"] == 0.0
 
