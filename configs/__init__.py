@@ -1,9 +1,9 @@
 """Hydra config groups of verl_ext (installed as the package ``verl_ext.configs``).
 
-Importing it registers the OmegaConf resolvers its files and the recipes use (``${verl_ext.env_int:...}`` and the
-others of :mod:`verl_ext.checks.recipe_env`): Hydra imports this package whenever it composes from
+Importing it registers the OmegaConf resolvers its files and the recipes use (``${verl_ext.seq_tokens:2}`` and the
+others of :mod:`verl_ext.checks.resolvers`): Hydra imports this package whenever it composes from
 ``pkg://verl_ext.configs``, so every composition can resolve them."""
 
-from verl_ext.checks.recipe_env import register
+from verl_ext.checks.resolvers import register
 
 register()

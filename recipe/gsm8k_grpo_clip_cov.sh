@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Launches recipe/gsm8k_grpo_clip_cov.yaml (every setting is there); see recipe/launch.sh for SCALE, MODEL, DRY_RUN, PRINT_CMD.
+# Launches recipe/gsm8k_grpo_clip_cov.yaml; see recipe/launch.sh for the variables it reads (SCALE=cpu: CPU mode).
 # Arguments are Hydra overrides.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/launch.sh"

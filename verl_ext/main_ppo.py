@@ -17,14 +17,22 @@ see :mod:`verl_ext.checks.dry_run`), and runs verl's own ``run_ppo`` with verl_e
 ``verl_ext.dry_run=true`` stops after validation: it prints a summary and exits 0, or exits 2 naming the
 bad key, without starting Ray.
 
-A recipe (``recipe/<name>.yaml``, launched by ``recipe/<name>.sh`` with ``--config-path``/``--config-name``) reads
-environment variables through verl_ext's resolvers (:mod:`verl_ext.checks.recipe_env`, registered on import): the
-config is resolved first, and a bad value exits 2 naming the variable. Then :mod:`verl_ext.checks.recipe_startup`
-prints what a CPU scale changes, builds the CPU recipes' assets where missing and sends wandb offline without a key.
+A recipe (``recipe/<name>.yaml``, launched by ``recipe/<name>.sh`` with ``--config-path``/``--config-name``) holds
+values only; its launcher turned the cluster's variables into overrides (:mod:`verl_ext.checks.launch_env`). The
+config is resolved first; :mod:`verl_ext.checks.recipe_startup` makes a recipe's paths absolute, prints what a CPU
+scale changes, builds the CPU recipes' assets where missing and sends wandb offline without a key. Before training,
+the resolved config is saved beside the checkpoints (``<trainer.default_local_dir>/resolved_config.yaml``), and
+launching with that file alone composes the same config.
+
+CPU mode is the composition's choice (``platform=cpu``, which the CPU recipes select; ``trainer.device=cpu``): the
+entry point runs it with ``VERL_PLATFORM=cpu``, which every process of the run inherits, restarting itself with the
+variable set when the command line chose CPU mode without it. ``VERL_PLATFORM=cpu`` beside a composition that is not
+CPU mode is an error naming the fix.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 import hydra
@@ -34,12 +42,15 @@ from verl_ext.cpu import mode as cpu_mode
 from verl_ext.cpu import openmp as cpu_openmp
 from verl_ext.cpu import precision as cpu_precision
 from verl_ext.cpu.workarounds import keep_local_ray_on_loopback, private_ray_token_file
-from verl_ext.checks import recipe_env, recipe_startup
+from verl_ext.checks import recipe_startup, resolvers
 from verl_ext.checks.dry_run import dry_run, error_line, validate
 from verl_ext.registration import ensure_registered
 from verl_ext.checks.validation import ConfigError, ray_cluster_address
 
-recipe_env.register()
+resolvers.register()
+
+RESTARTED_VAR = "VERL_EXT_PLATFORM_RESTART"
+"""Set on the restart that adds ``VERL_PLATFORM=cpu`` (:func:`ensure_platform`), so that it happens once."""
 
 CONFIG_PATH = "pkg://verl_ext.configs"
 """Where the top config lives: the package ``verl_ext.configs`` (the repository's ``configs/``)."""
@@ -59,8 +70,34 @@ def task_runner_class(config: DictConfig) -> type:
     return VerlExtTaskRunner
 
 
+def ensure_platform(config: DictConfig) -> str | None:
+    """The composition decides CPU mode (``trainer.device=cpu``, from ``platform=cpu``); ``VERL_PLATFORM`` must agree,
+    since every process of the run reads it. CPU mode asked for without the variable: restart this command with it
+    (once; never returns). Returns an error message for a disagreement that cannot be mended, else ``None``."""
+    wants_cpu = OmegaConf.select(config, "trainer.device") == cpu_mode.PLATFORM_NAME
+    current = os.environ.get(cpu_mode.ENV_VAR)
+    if wants_cpu and current != cpu_mode.PLATFORM_NAME:
+        if current or os.environ.get(RESTARTED_VAR):
+            return (f"{cpu_mode.ENV_VAR}={current!r} disagrees with the composition, which runs in CPU mode "
+                    f"(platform=cpu, trainer.device=cpu): unset {cpu_mode.ENV_VAR}")  # fmt: skip
+        print(f"note: the composition runs in CPU mode (platform=cpu): restarting with {cpu_mode.ENV_VAR}=cpu, which "
+              "every process of the run inherits", file=sys.stderr)  # fmt: skip
+        sys.stdout.flush()
+        sys.stderr.flush()
+        env = {**os.environ, cpu_mode.ENV_VAR: cpu_mode.PLATFORM_NAME, RESTARTED_VAR: "1"}
+        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+    if not wants_cpu and current == cpu_mode.PLATFORM_NAME:
+        return (f"{cpu_mode.ENV_VAR}=cpu is set but the composition is not CPU mode: add platform=cpu "
+                "(python -m verl_ext.main_ppo) or scale=cpu (a recipe), or unset it")  # fmt: skip
+    return None
+
+
 def run(config: DictConfig) -> int:
     """Dry run or train; returns the exit status (0, or 2 for an invalid config or environment)."""
+    mismatch = ensure_platform(config)
+    if mismatch:
+        print(f"error: {mismatch}", file=sys.stderr)
+        return 2
     try:
         ensure_registered()
     except ValueError as exc:  # VERL_EXT_KEEP_VERL_COV holds something other than 0 / 1
@@ -92,6 +129,9 @@ def run(config: DictConfig) -> int:
             return 2
         for line in filter(None, lines):
             print(line, file=sys.stderr)
+    saved = recipe_startup.save_resolved(config)
+    print(f"resolved config: {saved} (replay: python -m verl_ext.main_ppo --config-path {saved.parent} "
+          f"--config-name {saved.stem})", file=sys.stderr)  # fmt: skip
     if cpu_mode.active() and not ray_cluster_address(config):
         keep_local_ray_on_loopback()  # the local Ray (and vLLM's servers) listen on 127.0.0.1 only
         private_ray_token_file()  # and its token (Ray turns token auth on) is readable by this user only

@@ -26,6 +26,7 @@ from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
+from verl_ext.checks.recipe_checks import check_recipe
 from verl_ext.checks.validation import ConfigError, check_loss_mode, check_strategy, check_verl_ext, needs_critic
 
 EXIT_INVALID = 2
@@ -158,6 +159,7 @@ def validate(config: DictConfig, load_models: bool = False) -> Validated:
     # cheap checks first: an unknown loss or engine is reported as such, not as a failure in verl's code
     check_loss_mode(config)
     check_strategy(config)
+    check_recipe(config)  # sizes, files, loggers, checkpoint, CPU scale: the same error whatever set the value
 
     actor_model = load_models or _local_model(config, "actor_rollout_ref.model")
     use_critic, use_ref = needs_critic(config), need_reference_policy(config)

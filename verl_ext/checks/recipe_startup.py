@@ -1,11 +1,12 @@
 """What ``python -m verl_ext.main_ppo`` does with a recipe's config before it validates and trains.
 
-:func:`prepare` returns the config resolved (every ``${verl_ext.env_*:...}`` of :mod:`~verl_ext.checks.recipe_env`
-reads its variable now: a bad value is a :class:`RecipeStartError` naming it). For a recipe (a config with a
-``verl_ext.recipe`` node) it then
+:func:`prepare` returns the config resolved (a resolver's error, such as a CPU precision this machine cannot run, is a
+:class:`RecipeStartError` naming it). For a recipe (a config with a ``verl_ext.recipe`` node) it first makes its
+paths absolute (``~`` expanded; relative paths against the working folder of the launch, as every Ray worker must see
+them), and then
 
-* prints, at ``SCALE=cpu``, what the scale changes: every key of ``configs/scale/cpu.yaml`` and of the model's file,
-  with the value this run uses;
+* prints, in CPU mode, what the CPU scale changes: every key of ``configs/cpu_run.yaml``, ``configs/scale/cpu.yaml``
+  and the model's ``configs/cpu_model/<model>.yaml``, with the value this run uses;
 * builds the CPU recipes' assets where missing (``verl_ext.recipe.assets``; :mod:`verl_ext.testbed.assets`);
 * warns about training or validation files missing on this node;
 * in CPU mode joining a running Ray cluster (``RAY_ADDRESS`` or ``ray_kwargs.ray_init.address``, e.g.
@@ -14,6 +15,9 @@ reads its variable now: a bad value is a :class:`RecipeStartError` naming it). F
 * with a ``wandb`` logger and no API key, no ``WANDB_MODE`` and no wandb login in ``~/.netrc``, sends wandb offline
   (``wandb sync`` later) in this process and in every Ray worker, and says so. The key itself is never printed or put
   in the config.
+
+:func:`save_resolved` writes the config a run uses, resolved, beside its checkpoints (:data:`SAVED_CONFIG`):
+``python -m verl_ext.main_ppo --config-path <that folder> --config-name resolved_config`` composes the same config.
 """
 
 from __future__ import annotations
@@ -26,14 +30,27 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from verl_ext.checks.recipe_env import recipe_env_error
 from verl_ext.checks.validation import LOCAL_RAY_ONLY, ray_cluster_address
 from verl_ext.cpu import mode as cpu_mode
+from verl_ext.cpu.precision import PrecisionError
 from verl_ext.testbed.assets import AssetError, AssetPlan, ensure
+
+SAVED_CONFIG = "resolved_config.yaml"
+"""The file, in ``trainer.default_local_dir``, holding the resolved config a run used (:func:`save_resolved`)."""
+
+ROOT_PATH_KEYS = ("verl_ext.recipe.work_dir", "verl_ext.recipe.data_dir", "trainer.default_local_dir")
+"""Paths other paths are built from: made absolute before the config is resolved, so the paths built from them are."""
+PATH_KEYS = (*ROOT_PATH_KEYS, "trainer.validation_data_dir", "trainer.resume_from_path",
+             "ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH")  # fmt: skip
+"""A recipe's path keys, made absolute after it is resolved."""
+PATH_LIST_KEYS = ("data.train_files", "data.val_files")
+"""A recipe's keys holding lists of paths."""
+MODEL_PATH_KEY = "actor_rollout_ref.model.path"
+"""A local directory or a hub id: made absolute only when it is a local path."""
 
 
 class RecipeStartError(ValueError):
-    """A recipe cannot start: a bad environment variable or a failed asset build; the message names it."""
+    """A recipe cannot start: a value its resolvers reject or a failed asset build; the message names it."""
 
 
 def _configs_dir() -> Path:
@@ -42,14 +59,57 @@ def _configs_dir() -> Path:
     return Path(str(resources.files("verl_ext.configs")))
 
 
+def absolute(path: Any) -> Any:
+    """``path`` with ``~`` expanded, absolute against the working folder (``None`` stays ``None``)."""
+    return None if path is None else os.path.abspath(os.path.expanduser(str(path)))
+
+
+def _local_model_path(path: Any) -> bool:
+    text = str(path)
+    return text.startswith(("/", "./", "../", "~")) or os.path.exists(text)
+
+
+def _absolute_root_paths(config: DictConfig) -> None:
+    """The root path keys that hold a plain path (not an interpolation) made absolute, in place, before resolving."""
+    with open_dict(config):
+        for key in ROOT_PATH_KEYS:
+            parent, _, leaf = key.rpartition(".")
+            holder = OmegaConf.select(config, parent, default=None)
+            if not isinstance(holder, DictConfig) or leaf not in holder:
+                continue
+            written = holder._get_node(leaf)._value()  # as written: an interpolation is still its string
+            if isinstance(written, str) and "${" not in written:
+                holder[leaf] = absolute(written)
+
+
+def absolute_paths(config: DictConfig) -> None:
+    """A resolved recipe's path keys made absolute, in place."""
+    with open_dict(config):
+        for key in PATH_KEYS:
+            value = OmegaConf.select(config, key, default=None)
+            if value is not None:
+                OmegaConf.update(config, key, absolute(value))
+        for key in PATH_LIST_KEYS:
+            value = OmegaConf.select(config, key, default=None)
+            if value is not None:
+                items = [value] if isinstance(value, str) else list(value)
+                OmegaConf.update(config, key, [absolute(v) for v in items], merge=False)
+        model = OmegaConf.select(config, MODEL_PATH_KEY, default=None)
+        if model is not None and _local_model_path(model):
+            OmegaConf.update(config, MODEL_PATH_KEY, absolute(model))
+
+
 def resolve(config: DictConfig) -> DictConfig:
-    """``config`` with every interpolation resolved (a new config: a resolver may turn a string into a list, which
-    OmegaConf cannot do in place); a recipe variable's bad value becomes a :class:`RecipeStartError`."""
+    """``config`` with every interpolation resolved (a new config); a resolver's :class:`ValueError` (a CPU precision
+    this machine cannot run) becomes a :class:`RecipeStartError`."""
     try:
         resolved = OmegaConf.create(OmegaConf.to_container(config, resolve=True))
     except OmegaConfBaseException as exc:
-        cause = recipe_env_error(exc)
-        if cause is None:
+        cause, seen = exc, set()
+        while cause is not None and id(cause) not in seen and not isinstance(cause, PrecisionError):
+            seen.add(id(cause))
+            cause = cause.__cause__ or cause.__context__
+        if cause is None or id(cause) in seen:
             raise
         raise RecipeStartError(str(cause)) from exc
     OmegaConf.set_struct(resolved, OmegaConf.is_struct(config))
@@ -67,26 +127,31 @@ def _leaf_keys(node: Any, prefix: str = "") -> list[str]:
     return keys
 
 
+CPU_SCALE_FILES = ("cpu_run.yaml", "scale/cpu.yaml")
+"""What the CPU scale sets, before the model's file (``cpu_model/<model>.yaml``)."""
+
+
 def scale_keys(model: str) -> list[str]:
-    """The keys ``scale/cpu.yaml`` and ``scale/model/<model>.yaml`` set (what the CPU scale changes)."""
-    base = _configs_dir() / "scale"
+    """The keys the CPU scale sets (:data:`CPU_SCALE_FILES` and ``cpu_model/<model>.yaml``)."""
+    base = _configs_dir()
     keys: list[str] = []
-    for path in (base / "cpu.yaml", base / "model" / f"{model}.yaml"):
+    for path in (*(base / f for f in CPU_SCALE_FILES), base / "cpu_model" / f"{model}.yaml"):
         keys += _leaf_keys(OmegaConf.to_container(OmegaConf.load(path)))
     return list(dict.fromkeys(keys))
 
 
 def scale_lines(config: DictConfig) -> list[str]:
-    """The start-up lines of a ``SCALE=cpu`` recipe."""
+    """The start-up lines of a recipe at ``scale=cpu``."""
     recipe = config.verl_ext.recipe
     get = lambda key: OmegaConf.select(config, key)  # noqa: E731
     sizes = " ".join(f"{key}={get(key)}" for key in scale_keys(recipe.model))
+    loss = "actor_rollout_ref.actor.policy_loss"
     return [
-        f"SCALE=cpu: CPU mode (VERL_PLATFORM=cpu), {get('trainer.nnodes')} node x {get('trainer.n_gpus_per_node')} "
-        f"training processes, MODEL={recipe.model}: {get('actor_rollout_ref.model.path')},",
+        f"scale=cpu: CPU mode, {get('trainer.nnodes')} node x {get('trainer.n_gpus_per_node')} training processes, "
+        f"cpu_model={recipe.model}: {get('actor_rollout_ref.model.path')},",
         f"  data {recipe.data_dir}, prompt/response {get('data.max_prompt_length')}/{get('data.max_response_length')} "
-        f"tokens, COV_RATIO={recipe.cov_ratio} (Clip-Cov / KL-Cov), vLLM TP "
-        f"{get('actor_rollout_ref.rollout.tensor_model_parallel_size')},",
+        f"tokens, selection ratios {get(loss + '.clip_cov_ratio')} / {get(loss + '.kl_cov_ratio')} (Clip-Cov / "
+        f"KL-Cov), vLLM TP {get('actor_rollout_ref.rollout.tensor_model_parallel_size')},",
         f"  run log {get('ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH')};",
         f"  size overrides: {sizes}",
     ]
@@ -103,7 +168,7 @@ def eval_line(config: DictConfig) -> str:
 def asset_plan(config: DictConfig) -> AssetPlan:
     """What the recipe's assets are, from its config."""
     recipe = config.verl_ext.recipe
-    return AssetPlan(task=recipe.get("task", "math"), model=recipe.model, folder=Path(recipe.scale_dir),
+    return AssetPlan(task=recipe.get("task", "math"), model=recipe.model, folder=Path(recipe.work_dir),
                      data_dir=Path(recipe.data_dir), model_path=Path(config.actor_rollout_ref.model.path),
                      target_length=int(config.data.max_response_length), seed=int(config.data.get("seed") or 0))  # fmt: skip
 
@@ -131,9 +196,21 @@ def wandb_offline(config: DictConfig, environ: dict[str, str] | None = None) -> 
     return went_offline
 
 
-def prepare(config: DictConfig) -> DictConfig:
-    """``config`` resolved; for a recipe, its CPU sizes printed, its assets built and its loggers set up."""
+def resolved(config: DictConfig) -> DictConfig:
+    """``config`` resolved (a new config); a recipe's paths absolute. Nothing printed, built or started."""
+    recipe = OmegaConf.select(config, "verl_ext.recipe") is not None
+    if recipe:
+        _absolute_root_paths(config)
     config = resolve(config)
+    if recipe:
+        absolute_paths(config)
+    return config
+
+
+def prepare(config: DictConfig) -> DictConfig:
+    """``config`` resolved; for a recipe, its paths absolute, its CPU sizes printed, its assets built and its loggers
+    set up."""
+    config = resolved(config)
     recipe = OmegaConf.select(config, "verl_ext.recipe")
     if recipe is None:
         return config
@@ -156,3 +233,16 @@ def prepare(config: DictConfig) -> DictConfig:
                 print(f"warning: {path} ({key}) does not exist on this node (prepare it with scripts/data/)", file=sys.stderr)
     wandb_offline(config)
     return config
+
+
+def save_resolved(config: DictConfig) -> Path:
+    """Write ``config`` (resolved) to :data:`SAVED_CONFIG` in ``trainer.default_local_dir``, replacing the file
+    atomically; returns its path."""
+    folder = Path(absolute(OmegaConf.select(config, "trainer.default_local_dir")))
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / SAVED_CONFIG
+    partial = path.with_suffix(".yaml.partial")
+    partial.write_text("# the resolved config of this run (verl_ext.main_ppo); replay: python -m verl_ext.main_ppo "
+                       f"--config-path {folder} --config-name {path.stem}\n" + OmegaConf.to_yaml(config, resolve=True))
+    os.replace(partial, path)
+    return path

@@ -1,14 +1,14 @@
 """The CPU recipes' assets, built once and only where missing: ``python -m verl_ext.testbed.assets``.
 
-What a CPU-scale run needs that no download gives it, under its folder (``SCALE_DIR`` of ``SCALE=cpu``, ``WORK_DIR``
-of ``recipe/cpu_tiny.sh``):
+What a CPU-scale run needs that no download gives it, under its folder (``verl_ext.recipe.work_dir``, ``WORK_DIR``, of ``scale=cpu`` and of
+``recipe/cpu_tiny.sh``):
 
 * ``math`` (the GPU recipes' tasks): synthetic problems written in GSM8K's / DAPO-Math-17k's / AIME's hub formats
   (:mod:`~verl_ext.testbed.math_assets` ``sources``), prepared by the project's own ``scripts/data/prepare_*.py``
   exactly as real downloads are, and a model: the tiny Qwen2 warmed up on them (``tiny``) or the real
   SmolLM2-135M-Instruct installed from its PyPI wheel (:mod:`~verl_ext.testbed.smollm2`) with its format warm-up
   (``smollm2``);
-* ``digits`` (``recipe/cpu_tiny.sh``'s toy task): the repeat-the-digit data and a random tiny Qwen2
+* ``digits`` (``recipe/cpu_tiny.sh``'s toy task): the repeat-the-digit data and a random tiny Qwen2 (``toy``)
   (:mod:`~verl_ext.testbed.task`).
 
 Each step is skipped when its output is there (a model folder with its ``warmup.json``; the five prepared parquet
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 TASKS = ("math", "digits")
-MODELS = ("tiny", "smollm2")
+MODELS = ("toy", "tiny", "smollm2")
 PREPARED = ("dapo-math-17k.parquet", "gsm8k-train.parquet", "gsm8k-test.parquet", "aime-2024.parquet", "aime-2025.parquet")
 """The files ``scripts/data/prepare_*.py`` write from the synthetic sources; all present = nothing to prepare."""
 
@@ -48,10 +48,10 @@ class AssetPlan:
     """``math`` or ``digits``."""
 
     model: str
-    """``tiny`` or ``smollm2`` (``digits`` is always ``tiny``)."""
+    """``toy`` (the digits task's random tiny Qwen2), ``tiny`` or ``smollm2`` (the math tasks')."""
 
     folder: Path
-    """``SCALE_DIR`` / ``WORK_DIR``: sources and caches go here."""
+    """The work folder (``verl_ext.recipe.work_dir``): sources and caches go here."""
 
     data_dir: Path
     """Where the prepared parquet files go (``digits``: the folder itself)."""
@@ -70,8 +70,9 @@ class AssetPlan:
             raise AssetError(f"task '{self.task}' is invalid: allowed {', '.join(TASKS)}")
         if self.model not in MODELS:
             raise AssetError(f"model '{self.model}' is invalid: allowed {', '.join(MODELS)}")
-        if self.task == "digits" and self.model != "tiny":
-            raise AssetError("the digits task has only the tiny model")
+        if (self.task == "digits") != (self.model == "toy"):
+            raise AssetError(f"model '{self.model}' is invalid for the {self.task} task: the digits task has the toy "
+                             "model only, the math task tiny or smollm2")
 
 
 def _run(cmd: list[str], what: str, env: dict[str, str] | None = None) -> str:
@@ -139,8 +140,8 @@ def ensure(plan: AssetPlan) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m verl_ext.testbed.assets", description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", choices=TASKS, default="math", help="math (the GPU recipes' tasks) or digits (cpu_tiny's)")
-    parser.add_argument("--model", choices=MODELS, default="tiny")
-    parser.add_argument("--folder", type=Path, required=True, help="SCALE_DIR / WORK_DIR")
+    parser.add_argument("--model", choices=MODELS, default="tiny", help="toy (digits), tiny or smollm2 (math)")
+    parser.add_argument("--folder", type=Path, required=True, help="the work folder (verl_ext.recipe.work_dir)")
     parser.add_argument("--data-dir", type=Path, help="prepared data (default: FOLDER/data, FOLDER/smollm2/data for smollm2)")
     parser.add_argument("--model-path", type=Path, help="the model (default: FOLDER/model, FOLDER/smollm2/model for smollm2)")
     parser.add_argument("--target-length", type=int, default=16, help="digits: scored response tokens (16)")
