@@ -70,8 +70,15 @@ from verl_ext.driver.run_log import continuing_file_log
 from verl_ext.config import bounded_dynamic_sampling
 from verl_ext.trainer.advantage_store import with_advantage_store
 from verl_ext.trainer.workers import use_verl_ext_actor_worker
+from verl_ext.versions import upstream_changed
 
 logger = logging.getLogger(__name__)
+
+
+REPLAY_BUFFER_POLL_ATTR = "poll_interval"
+"""The attribute of verl's replay buffer that sets its seconds between checks for finished rollouts."""
+REPLAY_BUFFER_SYMBOL = f"verl.trainer.ppo.v1.replay_buffer.ReplayBuffer.{REPLAY_BUFFER_POLL_ATTR}"
+"""The upstream symbol :meth:`VerlExtV1Mixin._build_replay_buffer` sets, named in its error."""
 
 
 class DynamicSamplingExhausted(RuntimeError):
@@ -146,11 +153,20 @@ class VerlExtV1Mixin(VerlExtDriverMixin):
 
     def _build_replay_buffer(self):
         """verl's replay buffer, checking for finished rollouts every ``verl_ext.replay_poll_interval`` seconds
-        instead of its built-in 2 (``verl/trainer/ppo/v1/replay_buffer.py``: ``poll_interval``, which verl's
-        trainer does not pass)."""
+        instead of its built-in 2 (``verl/trainer/ppo/v1/replay_buffer.py``: ``ReplayBuffer.poll_interval``, which
+        verl's trainer does not pass); null (the default outside CPU mode) keeps verl's. A buffer without that
+        attribute (a custom sampler, or a verl that renamed it) is an error naming it and the key."""
         buffer = super()._build_replay_buffer()
-        if hasattr(buffer, "poll_interval"):  # a custom sampler may poll in its own way
-            buffer.poll_interval = float(OmegaConf.select(self.config, REPLAY_POLL_INTERVAL, default=2.0))
+        interval = OmegaConf.select(self.config, REPLAY_POLL_INTERVAL, default=None)
+        if interval is None:
+            return buffer
+        if not hasattr(buffer, REPLAY_BUFFER_POLL_ATTR):
+            raise AttributeError(upstream_changed(
+                f"{REPLAY_BUFFER_SYMBOL} ({type(buffer).__module__}.{type(buffer).__qualname__})",
+                f"does not exist, so {REPLAY_POLL_INTERVAL}={interval} cannot be applied; set {REPLAY_POLL_INTERVAL}="
+                "null to keep the buffer's own polling",
+            ))  # fmt: skip
+        setattr(buffer, REPLAY_BUFFER_POLL_ATTR, float(interval))
         return buffer
 
     def _init_resource_pool_mgr(self) -> None:
