@@ -114,7 +114,8 @@ PATCHES: list[Patch] = [
           "adds the length ratios measured against the configured limits", ALL,
           params=("self", "batch", "metrics", "timing_raw", "global_steps", "epoch")),
     Patch("v1_build_replay_buffer", f"{V1}._build_replay_buffer", "overrides", "trainer.v1",
-          "sets the buffer's `poll_interval` from `verl_ext.replay_poll_interval` (when not null)", ALL,
+          "sets the buffer's `poll_interval` from `verl_ext.replay_poll_interval` (CPU mode's 0.2 s; null elsewhere: "
+          "verl's 2 s)", ALL,
           params=("self",), source=("self.replay_buffer = self._build_replay_buffer()",), source_in=f"{V1}.__init__"),
     Patch("replay_buffer_poll_interval", "verl.trainer.ppo.v1.replay_buffer:ReplayBuffer.__init__", "replaces",
           "trainer.v1", "the attribute `poll_interval` (verl's trainer passes none: 2 s) is set after construction",
@@ -237,8 +238,9 @@ PATCHES: list[Patch] = [
           "the reference model's offload pins memory, which needs an accelerator", CPU,
           source=("offload_policy = CPUOffloadPolicy(pin_memory=True)",), source_in=f"{FSDP_ENGINE}:",
           also=f"{CPU_MODE_TEST}::test_upstream_still_pins_the_forward_only_engines_memory"),
-    Patch("engine_log_probs", f"{FSDP_ENGINE}:logprobs_from_logits", "replaces", "cpu.precision",
-          "without flash-attention it computes bf16 log-probs from bf16 logits: fp32 as on a GPU", CPU,
+    Patch("engine_log_probs", "verl.utils.torch_functional:logprobs_from_logits", "replaces", "cpu.precision",
+          "without flash-attention it returns bf16 log-probs for bf16 logits: the FSDP engine's copy (imported by name) "
+          "computes in fp32 as on a GPU", CPU,
           params=("logits", "labels", "inplace_backward"),
           source=("from verl.utils.torch_functional import logprobs_from_logits",), source_in=f"{FSDP_ENGINE}:",
           also="tests/cpu/test_precision.py::test_upstream_still_returns_bf16_log_probs_from_bf16_logits_on_cpu"),
@@ -350,6 +352,11 @@ def contract_problems(patch: Patch) -> list[str]:
             _imported(patch.symbol)
     except Missing as missing:
         return [f"{patch.symbol} is gone ({missing})"]
+    if not patch.static and patch.params is not None:
+        defined_in = getattr(inspect.unwrap(_imported(patch.symbol)), "__module__", "") or ""  # type: ignore[arg-type]
+        if defined_in.split(".")[0] == "verl_ext":
+            return [f"{patch.symbol} is verl_ext's replacement ({defined_in}) in this process, not upstream's: "
+                    "something left a patch in place"]
     problems = []
     if patch.params is not None:
         found = parameters(patch.symbol, patch.static)
