@@ -81,3 +81,13 @@ def test_a_bad_interval_names_the_key(bad):
     with pytest.raises(ConfigError) as info:
         check_replay_poll_interval(_config(bad))
     assert info.value.key == REPLAY_POLL_INTERVAL and "> 0" in info.value.message and "null" in info.value.message
+
+
+def test_a_missing_verl_trainer_attribute_is_an_error_naming_it_and_verl():
+    trainer = _Trainer(_config(None))
+    trainer.local_trigger_step = 3
+    assert trainer._verl_attribute("local_trigger_step") == 3
+    with pytest.raises(AttributeError) as info:
+        trainer._verl_attribute("parameter_sync_step")
+    assert "PPOTrainer.parameter_sync_step does not exist" in str(info.value)
+    assert installed_verl_version() in str(info.value)

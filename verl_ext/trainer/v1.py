@@ -187,6 +187,16 @@ class VerlExtV1Mixin(VerlExtDriverMixin):
         with_entropy = needs_old_entropy(actor_config) or needs_driver_entropy(actor_config, self.verl_ext_driver)
         return [*SELECTION_INPUTS, *([V1_ENTROPY] if with_entropy else [])]
 
+    def _verl_attribute(self, name: str) -> Any:
+        """An attribute verl's V1 trainer sets in its ``__init__``; missing, an error naming it and the verl version."""
+        try:
+            return getattr(self, name)
+        except AttributeError:
+            raise AttributeError(upstream_changed(
+                f"verl.trainer.ppo.v1.trainer_base.PPOTrainer.{name}",
+                "does not exist, which keys Clip-Cov's random draw per actor update (verl_ext.trainer.v1)",
+            )) from None  # fmt: skip
+
     def _verl_ext_fields(self, data: TensorDict, metrics: dict) -> TensorDict:
         """Every field verl_ext adds before the update, jagged as the store holds them, from the batch's jagged
         ``data`` (``advantages``, ``old_log_probs``, ``response_mask``, ``responses``, and ``entropy`` when needed)."""
@@ -202,9 +212,8 @@ class VerlExtV1Mixin(VerlExtDriverMixin):
             entropy = padded.get(V1_ENTROPY, None)
             if driver.controller is not None and entropy is not None:
                 driver.observe_entropy(entropy, padded["response_mask"])
-            step = selection_step(
-                self.global_steps, getattr(self, "local_trigger_step", 0), getattr(self, "parameter_sync_step", 1)
-            )
+            step = selection_step(self.global_steps, self._verl_attribute("local_trigger_step"),
+                                  self._verl_attribute("parameter_sync_step"))  # fmt: skip
             added = update_fields(padded, actor_config, driver, self.global_steps, step, metrics, entropy)
             if added:
                 fields.update(nested_fields(added, data["response_mask"], data.batch_size))
