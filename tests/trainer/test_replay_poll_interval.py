@@ -1,6 +1,7 @@
 """verl_ext.replay_poll_interval: in CPU mode the V1 trainer's replay buffer checks for finished rollouts every 0.2 s
 instead of verl's built-in 2 s; elsewhere (GPU runs) the key is null and verl's own interval stays. A bad value is a
-config error naming the key, and a buffer without verl's ``poll_interval`` an error naming that symbol."""
+config error naming the key, and a buffer without verl's ``poll_interval`` an error naming that symbol (as is a missing
+attribute of verl's trainer that the V1 mixin reads)."""
 
 from __future__ import annotations
 
