@@ -31,6 +31,9 @@ START, END = "<!-- upstream-patches:start -->", "<!-- upstream-patches:end -->"
 ALL, CPU = "all", "CPU mode"
 """The platforms a patch acts on: every run, or CPU mode only (``VERL_PLATFORM=cpu`` without CUDA)."""
 
+HOW = ("overrides", "replaces", "wraps", "subclasses", "reads", "calls", "registers")
+"""What verl_ext may do with an upstream symbol (:attr:`Patch.how`)."""
+
 IGNORED_PARAMS = ("_ray_trace_ctx",)
 """Parameters Ray adds to every method of an actor class (tracing), not verl's."""
 
@@ -44,7 +47,7 @@ class Patch:
     symbol: str
     """``module:qualname`` of the upstream symbol (``module:`` alone: the module itself)."""
     how: str
-    """What verl_ext does with it: ``overrides``, ``replaces``, ``wraps``, ``subclasses``, ``reads``, ``registers``."""
+    """What verl_ext does with it, one of :data:`HOW`."""
     where: str
     """The verl_ext module that does it."""
     why: str
@@ -201,13 +204,14 @@ PATCHES: list[Patch] = [
     Patch("tracking_backends", "verl.utils.tracking:Tracking.supported_backend", "reads", "checks.recipe_env",
           "the trackers a recipe's `LOGGER` may name", ALL),
     # --- CPU mode ------------------------------------------------------------------------------------------
-    Patch("verl_plugins", "verl:", "registers", "cpu.plugin",
-          "entry points of group `verl.plugins` load in every process that imports verl", ALL,
+    Patch("verl_plugins", "verl:", "registers", "registration",
+          "entry points of group `verl.plugins` (the losses; CPU mode's `cpu.plugin`) load in every process that imports "
+          "verl", ALL,
           source=('_entry_points(group="verl.plugins")',)),
     Patch("platform_current", "verl.plugin.platform.platform_manager:_current_platform", "replaces", "cpu.platform",
           "an unusable fallback platform is replaced by the CPU platform", CPU,
           source=("_current_platform",), source_in="verl.plugin.platform.platform_manager:set_platform"),
-    Patch("platform_set", "verl.plugin.platform.platform_manager:set_platform", "reads", "cpu.platform",
+    Patch("platform_set", "verl.plugin.platform.platform_manager:set_platform", "calls", "cpu.platform",
           "selects the CPU platform in this process (`activate`)", CPU, params=("platform",)),
     Patch("platform_base", "verl.plugin.platform.platform_base:PlatformBase", "subclasses", "cpu.platform",
           "the CPU platform implements verl's platform interface (device, gloo, Ray `GPU` slots)", CPU,
@@ -416,6 +420,7 @@ def test_the_list_is_well_formed():
     assert len(names) == len(set(names)), "duplicate names in PATCHES"
     for patch in PATCHES:
         assert patch.platform in (ALL, CPU), patch
+        assert patch.how in HOW, patch
         assert (ROOT / "verl_ext" / (patch.where.replace(".", "/") + ".py")).exists(), patch.where
         if patch.also:
             path, _, test = patch.also.partition("::")
