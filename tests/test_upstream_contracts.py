@@ -92,7 +92,8 @@ PATCHES: list[Patch] = [
           params=("name",), source=("POLICY_LOSS_REGISTRY[name] = func",)),
     Patch("policy_loss_registry", "verl.trainer.ppo.core_algos:POLICY_LOSS_REGISTRY", "reads", "registration",
           "`ensure_registered` and the config checks look the losses up in verl's dict", ALL,
-          source=("return POLICY_LOSS_REGISTRY[loss_name]",), source_in="verl.trainer.ppo.core_algos:get_policy_loss_fn"),
+          source=("return POLICY_LOSS_REGISTRY[loss_name]",),
+          source_in="verl.trainer.ppo.core_algos:get_policy_loss_fn"),
     Patch("trainer_registry", "verl.trainer.ppo.v1.trainer_base:TRAINER_REGISTRY", "replaces", "trainer.v1",
           "the selected mode's entry is verl_ext's subclass while the TaskRunner runs (mode names stay verl's)", ALL,
           source=("return TRAINER_REGISTRY[name]",), source_in="verl.trainer.ppo.v1.trainer_base:get_trainer_cls"),
@@ -205,8 +206,8 @@ PATCHES: list[Patch] = [
           "the trackers a recipe's `LOGGER` may name", ALL),
     # --- CPU mode ------------------------------------------------------------------------------------------
     Patch("verl_plugins", "verl:", "registers", "registration",
-          "entry points of group `verl.plugins` (the losses; CPU mode's `cpu.plugin`) load in every process that imports "
-          "verl", ALL,
+          "entry points of group `verl.plugins` (the losses; CPU mode's `cpu.plugin`) load in every process that "
+          "imports verl", ALL,
           source=('_entry_points(group="verl.plugins")',)),
     Patch("platform_current", "verl.plugin.platform.platform_manager:_current_platform", "replaces", "cpu.platform",
           "an unusable fallback platform is replaced by the CPU platform", CPU,
@@ -217,7 +218,8 @@ PATCHES: list[Patch] = [
           "the CPU platform implements verl's platform interface (device, gloo, Ray `GPU` slots)", CPU,
           source=("def device_module", "def communication_backend_name", "def ray_resource_name",
                   "def is_platform_available")),
-    Patch("platform_register", "verl.plugin.platform.platform_manager:PlatformRegistry.register", "registers", "cpu.platform",
+    Patch("platform_register", "verl.plugin.platform.platform_manager:PlatformRegistry.register", "registers",
+          "cpu.platform",
           "the `cpu` platform that `VERL_PLATFORM=cpu` selects", CPU, params=("platform",)),
     Patch("engine_registry", "verl.workers.engine.base:EngineRegistry._engines", "reads", "cpu.platform",
           "verl's FSDP engines are registered for device `cpu` unless there already", CPU,
@@ -254,8 +256,8 @@ PATCHES: list[Patch] = [
           source=("offload_policy = CPUOffloadPolicy(pin_memory=True)",), source_in=f"{FSDP_ENGINE}:",
           also=f"{CPU_MODE_TEST}::test_upstream_still_pins_the_forward_only_engines_memory"),
     Patch("engine_log_probs", "verl.utils.torch_functional:logprobs_from_logits", "replaces", "cpu.precision",
-          "without flash-attention it returns bf16 log-probs for bf16 logits: the FSDP engine's copy (imported by name) "
-          "computes in fp32 as on a GPU", CPU,
+          "without flash-attention it returns bf16 log-probs for bf16 logits: the FSDP engine's copy (imported by "
+          "name) computes in fp32 as on a GPU", CPU,
           params=("logits", "labels", "inplace_backward"),
           source=("from verl.utils.torch_functional import logprobs_from_logits",), source_in=f"{FSDP_ENGINE}:",
           also="tests/cpu/test_precision.py::test_upstream_still_returns_bf16_log_probs_from_bf16_logits_on_cpu"),
@@ -354,8 +356,8 @@ def source(symbol: str, static: bool) -> str:
         node, text = _static(symbol)
         return text if isinstance(node, ast.Module) else ast.get_source_segment(text, node) or ""
     obj = _imported(symbol)
-    return inspect.getsource(obj if inspect.ismodule(obj) or inspect.isclass(obj) or callable(obj)  # type: ignore[arg-type]
-                             else sys.modules[symbol.partition(":")[0]])  # fmt: skip
+    whole = not (inspect.ismodule(obj) or inspect.isclass(obj) or callable(obj))  # an attribute: its module's source
+    return inspect.getsource(sys.modules[symbol.partition(":")[0]] if whole else obj)  # type: ignore[arg-type]
 
 
 def contract_problems(patch: Patch) -> list[str]:
@@ -443,7 +445,8 @@ def test_the_docs_table_is_the_list():
     shown = text.split(START, 1)[1].split(END, 1)[0].strip()
     assert shown == table(), (
         f"docs/ARCHITECTURE.md's table of upstream patches differs from PATCHES in {THIS}; print the table with "
-        f"`python -c 'import sys; sys.path.insert(0, \"tests\"); import test_upstream_contracts as t; print(t.table())'`"
+        "`python -c 'import sys; sys.path.insert(0, \"tests\"); import test_upstream_contracts as t; "
+        "print(t.table())'`"
     )
 
 

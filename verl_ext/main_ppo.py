@@ -8,7 +8,8 @@ verl_ext's keys, so every key works on the command line without ``+``::
 
 It first checks that the installed verl is one verl_ext was tested with (:mod:`verl_ext.versions`: exit 2 naming
 the version and the tested set, unless ``VERL_EXT_ALLOW_UNTESTED_VERL=1``), then that verl_ext's losses are
-registered, validates the config (verl's checks and verl_ext's, see :mod:`verl_ext.checks.dry_run`), and runs verl's own ``run_ppo`` with verl_ext's TaskRunner:
+registered, validates the config (verl's checks and verl_ext's, see :mod:`verl_ext.checks.dry_run`), and runs
+verl's own ``run_ppo`` with verl_ext's TaskRunner:
 
 * ``trainer.use_v1=true`` (default): :class:`verl_ext.trainer.v1.VerlExtTaskRunnerV1`, verl's V1 trainer
   for the selected ``trainer.v1.trainer_mode`` with :class:`verl_ext.trainer.v1.VerlExtV1Mixin`;
