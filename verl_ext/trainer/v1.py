@@ -70,8 +70,15 @@ from verl_ext.driver.run_log import continuing_file_log
 from verl_ext.config import bounded_dynamic_sampling
 from verl_ext.trainer.advantage_store import with_advantage_store
 from verl_ext.trainer.workers import use_verl_ext_actor_worker
+from verl_ext.versions import upstream_changed
 
 logger = logging.getLogger(__name__)
+
+
+REPLAY_BUFFER_POLL_ATTR = "poll_interval"
+"""The attribute of verl's replay buffer that sets its seconds between checks for finished rollouts."""
+REPLAY_BUFFER_SYMBOL = f"verl.trainer.ppo.v1.replay_buffer.ReplayBuffer.{REPLAY_BUFFER_POLL_ATTR}"
+"""The upstream symbol :meth:`VerlExtV1Mixin._build_replay_buffer` sets, named in its error."""
 
 
 class DynamicSamplingExhausted(RuntimeError):
@@ -146,11 +153,20 @@ class VerlExtV1Mixin(VerlExtDriverMixin):
 
     def _build_replay_buffer(self):
         """verl's replay buffer, checking for finished rollouts every ``verl_ext.replay_poll_interval`` seconds
-        instead of its built-in 2 (``verl/trainer/ppo/v1/replay_buffer.py``: ``poll_interval``, which verl's
-        trainer does not pass)."""
+        instead of its built-in 2 (``verl/trainer/ppo/v1/replay_buffer.py``: ``ReplayBuffer.poll_interval``, which
+        verl's trainer does not pass); null (the default outside CPU mode) keeps verl's. A buffer without that
+        attribute (a custom sampler, or a verl that renamed it) is an error naming it and the key."""
         buffer = super()._build_replay_buffer()
-        if hasattr(buffer, "poll_interval"):  # a custom sampler may poll in its own way
-            buffer.poll_interval = float(OmegaConf.select(self.config, REPLAY_POLL_INTERVAL, default=2.0))
+        interval = OmegaConf.select(self.config, REPLAY_POLL_INTERVAL, default=None)
+        if interval is None:
+            return buffer
+        if not hasattr(buffer, REPLAY_BUFFER_POLL_ATTR):
+            raise AttributeError(upstream_changed(
+                f"{REPLAY_BUFFER_SYMBOL} ({type(buffer).__module__}.{type(buffer).__qualname__})",
+                f"does not exist, so {REPLAY_POLL_INTERVAL}={interval} cannot be applied; set {REPLAY_POLL_INTERVAL}="
+                "null to keep the buffer's own polling",
+            ))  # fmt: skip
+        setattr(buffer, REPLAY_BUFFER_POLL_ATTR, float(interval))
         return buffer
 
     def _init_resource_pool_mgr(self) -> None:
@@ -171,6 +187,16 @@ class VerlExtV1Mixin(VerlExtDriverMixin):
         with_entropy = needs_old_entropy(actor_config) or needs_driver_entropy(actor_config, self.verl_ext_driver)
         return [*SELECTION_INPUTS, *([V1_ENTROPY] if with_entropy else [])]
 
+    def _verl_attribute(self, name: str) -> Any:
+        """An attribute verl's V1 trainer sets in its ``__init__``; missing, an error naming it and the verl version."""
+        try:
+            return getattr(self, name)
+        except AttributeError:
+            raise AttributeError(upstream_changed(
+                f"verl.trainer.ppo.v1.trainer_base.PPOTrainer.{name}",
+                "does not exist, which keys Clip-Cov's random draw per actor update (verl_ext.trainer.v1)",
+            )) from None  # fmt: skip
+
     def _verl_ext_fields(self, data: TensorDict, metrics: dict) -> TensorDict:
         """Every field verl_ext adds before the update, jagged as the store holds them, from the batch's jagged
         ``data`` (``advantages``, ``old_log_probs``, ``response_mask``, ``responses``, and ``entropy`` when needed)."""
@@ -186,9 +212,8 @@ class VerlExtV1Mixin(VerlExtDriverMixin):
             entropy = padded.get(V1_ENTROPY, None)
             if driver.controller is not None and entropy is not None:
                 driver.observe_entropy(entropy, padded["response_mask"])
-            step = selection_step(
-                self.global_steps, getattr(self, "local_trigger_step", 0), getattr(self, "parameter_sync_step", 1)
-            )
+            step = selection_step(self.global_steps, self._verl_attribute("local_trigger_step"),
+                                  self._verl_attribute("parameter_sync_step"))  # fmt: skip
             added = update_fields(padded, actor_config, driver, self.global_steps, step, metrics, entropy)
             if added:
                 fields.update(nested_fields(added, data["response_mask"], data.batch_size))
