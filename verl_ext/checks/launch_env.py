@@ -79,8 +79,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("TRAIN_FILE", ("data.train_files",), "files", "training parquet file(s), comma-separated"),
     Variable("VAL_FILE", ("data.val_files",), "files", "validation parquet file(s), comma-separated"),
     Variable("CKPTS_DIR", ("trainer.default_local_dir",), "text", "the run's checkpoint folder"),
-    Variable("WORK_DIR", ("verl_ext.recipe.work_dir",), "text",
-             "CPU mode: the folder of the model, data, checkpoints and run log", scope="cpu"),
+    Variable("WORK_DIR", ("verl_ext.recipe.work_dir",), "text", "the folder of the model, data, checkpoints and run "
+             "log", scope="cpu"),
     Variable("CKPT", ("trainer.resume_from_path",), "text",
              "the checkpoint folder (.../global_step_<N>) to evaluate", scope="eval"),
     Variable("NNODES", ("trainer.nnodes",), "number", "nodes"),
@@ -96,14 +96,14 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("EXP_NAME", ("trainer.experiment_name",), "text",
              "the run's name (also names its CPU-mode checkpoint folder and log)"),
     Variable("LOGGERS", ("trainer.logger",), "list", "verl's trackers, comma-separated (e.g. console,wandb)"),
-    Variable("VERL_EXT_CPU_PRECISION", ("verl_ext.cpu_precision",), "text",
-             "CPU mode's precision: auto, bf16 or fp32", scope="cpu"),
-    Variable("SCALE", ("scale",), "group", "shorthand: cpu runs the recipe in CPU mode with its sizes shrunk "
-             "(scale=cpu)", scope="scaled", choices=("gpu", "cpu")),
-    Variable("MODEL", ("cpu_model",), "group", "shorthand, CPU mode: the model (cpu_model=<m>: toy, tiny or "
-             "smollm2)", scope="cpu", choices=("toy", "tiny", "smollm2")),
-    Variable("LOSS", (LOSS_GROUP, LOSS_ACTOR_GROUP), "group", "shorthand, recipe/cpu_tiny.sh: the loss and its "
-             "paper's settings (its two groups)", scope="cpu_tiny",
+    Variable("VERL_EXT_CPU_PRECISION", ("verl_ext.cpu_precision",), "text", "the precision: auto, bf16 or fp32",
+             scope="cpu"),
+    Variable("SCALE", ("scale",), "group", "shorthand: cpu runs the recipe in CPU mode, sizes shrunk", scope="scaled",
+             choices=("gpu", "cpu")),
+    Variable("MODEL", ("cpu_model",), "group", "shorthand: the CPU model, toy, tiny or smollm2", scope="cpu",
+             choices=("toy", "tiny", "smollm2")),
+    Variable("LOSS", (LOSS_GROUP, LOSS_ACTOR_GROUP), "group", "shorthand: the loss and its paper's settings (the "
+             "second group where the loss has one)", scope="cpu_tiny",
              choices=("vanilla", "clip_cov", "kl_cov", "grpo_erc", "gppo_erc", "high_entropy", "entropy_adv")),
     Variable("DRY_RUN", (), "switch", "1: compose and validate (verl_ext.dry_run=true), no Ray", choices=("0", "1")),
     Variable("PRINT_CMD", (), "switch", "1: print the command with every override and exit", choices=("0", "1")),
@@ -186,13 +186,17 @@ def overrides(recipe: str, environ: Mapping[str, str] | None = None) -> list[str
     return out
 
 
+SCOPE_COLUMN = {"all": "every recipe", "cpu": "CPU mode", "scaled": "all but cpu_tiny", "cpu_tiny": "cpu_tiny",
+                "eval": "eval"}  # fmt: skip
+"""The docs table's "for" column of each scope."""
+
+
 def table() -> str:
     """The variables as a markdown table."""
-    rows = ["| variable | sets | what |", "| --- | --- | --- |"]
+    rows = ["| variable | sets | for | what |", "| --- | --- | --- | --- |"]
     for var in VARIABLES:
         sets = ", ".join(f"`{k}`" for k in var.keys) or "(the launcher)"
-        scope = "" if var.scope == "all" else f" ({_scope_text(var)})"
-        rows.append(f"| `{var.name}` | {sets} | {var.meaning}{scope} |")
+        rows.append(f"| `{var.name}` | {sets} | {SCOPE_COLUMN[var.scope]} | {var.meaning} |")
     return "\n".join(rows)
 
 
