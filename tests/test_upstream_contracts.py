@@ -202,8 +202,8 @@ PATCHES: list[Patch] = [
           "the subclass writes the kept rows to verl's open file `fp`", ALL,
           params=("self", "project_name", "experiment_name"), source=("self.fp =",),
           source_in="verl.utils.tracking:FileLogger"),
-    Patch("tracking_backends", "verl.utils.tracking:Tracking.supported_backend", "reads", "checks.recipe_env",
-          "the trackers a recipe's `LOGGER` may name", ALL),
+    Patch("tracking_backends", "verl.utils.tracking:Tracking.supported_backend", "reads", "checks.recipe_checks",
+          "the trackers `trainer.logger` may name, checked at config time", ALL),
     # --- CPU mode ------------------------------------------------------------------------------------------
     Patch("verl_plugins", "verl:", "registers", "registration",
           "entry points of group `verl.plugins` (the losses; CPU mode's `cpu.plugin`) load in every process that "
