@@ -43,6 +43,7 @@ from omegaconf import DictConfig, OmegaConf
 from verl_ext.cpu import mode as cpu_mode
 from verl_ext.cpu import openmp as cpu_openmp
 from verl_ext.cpu import precision as cpu_precision
+from verl_ext.cpu import precision_probe
 from verl_ext.cpu.workarounds import keep_local_ray_on_loopback, private_ray_token_file
 from verl_ext.checks import recipe_startup, resolvers
 from verl_ext.checks.dry_run import dry_run, error_line, validate
@@ -133,7 +134,8 @@ def run(config: DictConfig) -> int:
     auto_set_device(config)
     if cpu_mode.active():
         try:
-            lines = [cpu_precision.startup_line(config),  # bf16 where the CPU has it (VERL_EXT_CPU_PRECISION)
+            speed = precision_probe.probe(OmegaConf.select(config, "actor_rollout_ref.model.path"))
+            lines = [cpu_precision.startup_line(config, speed=speed),  # the chosen precision, and bf16's speed here
                      cpu_openmp.apply(config)]  # VERL_EXT_CPU_IOMP=1: Intel's OpenMP runtime in every Ray worker
         except (ValueError, FileNotFoundError) as exc:
             print(f"verl_ext: invalid environment: {exc}", file=sys.stderr)

@@ -96,7 +96,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("EXP_NAME", ("trainer.experiment_name",), "text",
              "the run's name (also names its CPU-mode checkpoint folder and log)"),
     Variable("LOGGERS", ("trainer.logger",), "list", "verl's trackers, comma-separated (e.g. console,wandb)"),
-    Variable("VERL_EXT_CPU_PRECISION", ("verl_ext.cpu_precision",), "text", "the precision: auto, bf16 or fp32",
+    Variable("VERL_EXT_CPU_PRECISION", ("verl_ext.cpu_precision",), "text", "the precision: fp32 or bf16",
              scope="cpu"),
     Variable("SCALE", ("scale",), "group", "shorthand: cpu runs the recipe in CPU mode, sizes shrunk", scope="scaled",
              choices=("gpu", "cpu")),

@@ -257,6 +257,10 @@ def check_platform(config: DictConfig) -> str:
     if cpu_mode.cuda_present():
         raise ConfigError(cpu_mode.ENV_VAR, f"{cpu_mode.PLATFORM_NAME!r} selects CPU mode, which never runs on a "
                           "machine with a CUDA GPU; unset it to train on the GPU")  # fmt: skip
+    try:  # the requested precision first: the dtype keys below follow it
+        precision = cpu_precision.choose(_select(config, cpu_precision.KEY)).precision
+    except cpu_precision.PrecisionError as exc:
+        raise ConfigError(cpu_precision.KEY, str(exc)) from None
     for key, allowed, why in CPU_MODE_NEEDS:
         value = _select(config, key)
         if value not in allowed:
@@ -277,10 +281,6 @@ def check_platform(config: DictConfig) -> str:
                 raise ConfigError(f"ray_kwargs.ray_init.{key}", "is set while joining a running Ray cluster "
                                   "(RAY_ADDRESS / ray_kwargs.ray_init.address), which Ray rejects; it only applies "
                                   "to a local cluster: set it to null")  # fmt: skip
-    try:
-        precision = cpu_precision.choose(_select(config, cpu_precision.KEY)).precision
-    except cpu_precision.PrecisionError as exc:
-        raise ConfigError(cpu_precision.VAR, str(exc)) from None
     return f"CPU mode ({cpu_mode.ENV_VAR}=cpu: FSDP2 on gloo, vLLM's CPU engine, {precision}, configs/platform/cpu.yaml)"
 
 

@@ -1,39 +1,44 @@
-"""CPU mode's precision: bf16 compute, as the GPU recipes run, where the CPU has bf16 instructions; fp32 elsewhere.
+"""CPU mode's precision: one the recipe or the user chooses (``fp32`` by default), the same on every machine.
 
 A GPU run of verl computes in bf16 under FSDP mixed precision (fp32 master weights, fp32 gradient reduction) and
-serves the rollout from a bf16 vLLM. CPU mode does the same where the CPU multiplies bf16 natively, and says so in
-one start-up line:
+serves the rollout from a bf16 vLLM. CPU mode can do the same, but it exists to prove the GPU code path in CI and to
+try the methods on a laptop: a command must compute the same numbers whichever CPU runs it, and bf16 is neither
+faster everywhere (on an Intel Xeon with ``avx512_bf16`` and no AMX, SmolLM2's forward and backward took 1.71x
+*longer* under bf16 autocast, against 0.61x on an AMD Zen 4) nor exact (SmolLM2's entropy reads 0.632 nats in bf16
+against 0.534 in fp32 on the same tokens). Hence:
 
-* ``VERL_EXT_CPU_PRECISION=auto`` (default): ``bf16`` when the CPU has ``amx_bf16`` or ``avx512_bf16`` (x86) or
-  ``bf16`` (Arm) among its flags, else ``fp32``;
-* ``VERL_EXT_CPU_PRECISION=bf16``: bf16, and an error naming the variable on a CPU without those instructions
-  (torch would emulate them there, slower than fp32);
-* ``VERL_EXT_CPU_PRECISION=fp32``: fp32 everywhere, as on a CPU without bf16.
+* ``verl_ext.cpu_precision: fp32`` (default, ``configs/platform/cpu.yaml``; ``VERL_EXT_CPU_PRECISION`` through the
+  launcher): fp32 everywhere, on every CPU;
+* ``verl_ext.cpu_precision: bf16``: bf16 compute as on a GPU; on a CPU without bf16 instructions (``amx_bf16`` or
+  ``avx512_bf16`` on x86, ``bf16`` on Arm) a config error naming the key, since torch would emulate it there;
+* nothing follows the CPU's flags by itself. Instead the start-up line reports how fast bf16 multiplies at the model's
+  shapes on this CPU against fp32 (:mod:`verl_ext.cpu.precision_probe`: measured once per machine and cached), and
+  suggests the other precision where it is clearly faster.
 
-The request is the config key ``verl_ext.cpu_precision`` (:data:`KEY`), which ``configs/platform/cpu.yaml`` sets from
-the variable (default ``auto``; the tiny models' groups default to ``fp32``: bf16 gains them nothing, see
-docs/cpu_mode.md). The file reads the choice through the resolver ``${verl_ext.cpu_dtype:<form>,<request>}``
-(:func:`dtype`), so that every dtype key it sets (FSDP mixed precision of the actor and the reference, the engines'
-``dtype``, vLLM's ``dtype``) follows it; the command line still overrides each key. Master weights stay fp32
-(``model_dtype: fp32``, verl's default) and the weight sync is verl's own (the actor's fp32 tensors, cast by vLLM's
-loader into its bf16 parameters).
+The file reads the choice through the resolver ``${verl_ext.cpu_dtype:<form>,<precision>}`` (:func:`dtype`), so that
+every dtype key it sets (FSDP mixed precision of the actor and the reference, the engines' ``dtype``, vLLM's
+``dtype``) follows it; the command line still overrides each key. Master weights stay fp32 (``model_dtype: fp32``,
+verl's default) and the weight sync is verl's own (the actor's fp32 tensors, cast by vLLM's loader into its bf16
+parameters).
 """
 
 from __future__ import annotations
 
-import os
 import platform
 from dataclasses import dataclass
 from typing import Any
 
 VAR = "VERL_EXT_CPU_PRECISION"
-"""``auto``, ``bf16`` or ``fp32``: sets :data:`KEY` (whose default is ``auto``; ``fp32`` for the tiny models)."""
+"""The launcher's variable for :data:`KEY` (``recipe/launch.sh`` turns it into the override)."""
 
 KEY = "verl_ext.cpu_precision"
-"""The config key the precision is read from (``configs/platform/cpu.yaml``: :data:`VAR`, default ``auto``)."""
+"""The config key the precision is read from (``configs/platform/cpu.yaml``, default :data:`DEFAULT`)."""
 
-CHOICES = ("auto", "bf16", "fp32")
-"""The values :data:`VAR` may hold."""
+CHOICES = ("bf16", "fp32")
+"""The values :data:`KEY` may hold."""
+
+DEFAULT = "fp32"
+"""CPU mode's precision unless the recipe or the user chooses bf16."""
 
 BF16_FLAGS = ("amx_bf16", "avx512_bf16", "bf16")
 """CPU flags (``/proc/cpuinfo``) of native bf16 arithmetic: Intel AMX, AVX-512 BF16 (Intel, AMD Zen 4), Arm's BF16."""
@@ -46,7 +51,7 @@ FORMS = {
 
 
 class PrecisionError(ValueError):
-    """:data:`VAR` holds a value CPU mode cannot run on this machine; the message names it."""
+    """:data:`KEY` holds a value CPU mode cannot run on this machine; the message names it."""
 
 
 @dataclass(frozen=True)
@@ -56,7 +61,7 @@ class Choice:
     precision: str
     """``bf16`` or ``fp32``."""
     requested: str
-    """What :data:`VAR` asked for (``auto``, ``bf16``, ``fp32``)."""
+    """What :data:`KEY` asked for."""
     reason: str
     """Why, for the start-up line."""
 
@@ -80,33 +85,37 @@ def bf16_flags(flags: set[str] | None = None) -> list[str]:
     return [flag for flag in BF16_FLAGS if flag in flags]
 
 
-def choose(requested: str | None = None, flags: set[str] | None = None) -> Choice:
-    """The precision ``requested`` (default: :data:`VAR` from the environment, else ``auto``) gives on this CPU.
-    Messages name :data:`VAR` where it is set, else :data:`KEY` (a config group's default, or the command line)."""
-    source = VAR if VAR in os.environ or requested is None else KEY
-    requested = str(os.environ.get(VAR, "auto") if requested is None else requested).strip().lower() or "auto"
-    if requested not in CHOICES:
-        raise PrecisionError(f"{source}={requested!r} is invalid: allowed auto (bf16 where the CPU has bf16 "
-                             "instructions, else fp32), bf16 or fp32")  # fmt: skip
+def requested_precision(requested: Any) -> str:
+    """``requested`` (a value of :data:`KEY`; ``None``: :data:`DEFAULT`) checked against :data:`CHOICES`, whatever
+    the CPU."""
+    value = DEFAULT if requested is None else str(requested).strip().lower()
+    if value not in CHOICES:
+        raise PrecisionError(f"{KEY}={requested!r} is invalid: allowed bf16 or fp32 (one command computes in one "
+                             "precision on every CPU; the start-up line says how fast bf16 runs on this one)")  # fmt: skip
+    return value
+
+
+def choose(requested: Any = None, flags: set[str] | None = None) -> Choice:
+    """The precision ``requested`` gives: the same on every CPU, and bf16 an error on a CPU without bf16
+    instructions (torch would emulate them there, slower than fp32)."""
+    value = requested_precision(requested)
+    if value == "fp32":
+        return Choice("fp32", value, f"{KEY}=fp32")
     found = bf16_flags(flags)
-    cpu = platform.machine()
-    if requested == "fp32":
-        return Choice("fp32", requested, f"{source}=fp32")
-    if found:
-        return Choice("bf16", requested, f"{source}={requested}; this CPU has {', '.join(found)}")
-    if requested == "bf16":
-        raise PrecisionError(f"{source}=bf16 is invalid on this CPU ({cpu}): it has none of {', '.join(BF16_FLAGS)} "
-                             "in /proc/cpuinfo, and torch would emulate bf16 there, slower than fp32; allowed "
-                             "auto or fp32")  # fmt: skip
-    return Choice("fp32", requested, f"{source}=auto; this CPU ({cpu}) has none of {', '.join(BF16_FLAGS)}")
+    if not found:
+        raise PrecisionError(f"{KEY}=bf16 is invalid on this CPU ({platform.machine()}): it has none of "
+                             f"{', '.join(BF16_FLAGS)} in /proc/cpuinfo, and torch would emulate bf16 there, slower "
+                             "than fp32; allowed: fp32")  # fmt: skip
+    return Choice("bf16", value, f"{KEY}=bf16; this CPU has {', '.join(found)}")
 
 
 def dtype(form: str, requested: str | None = None) -> str:
-    """Resolver ``${verl_ext.cpu_dtype:<form>,<requested>}``: the precision ``requested`` gives (:func:`choose`),
-    spelled for a config key (:data:`FORMS`)."""
+    """Resolver ``${verl_ext.cpu_dtype:<form>,<precision>}``: the precision ``requested`` (:data:`CHOICES`) spelled
+    for a config key (:data:`FORMS`). It does not look at the CPU: a composition is the same on every machine, and
+    bf16 on a CPU without bf16 instructions is refused when the config is checked."""
     if form not in FORMS:
         raise ValueError(f"verl_ext.cpu_dtype: form {form!r} is invalid: allowed {', '.join(FORMS)}")
-    return FORMS[form][choose(requested).precision]
+    return FORMS[form][requested_precision(requested)]
 
 
 KEYS = {
@@ -168,8 +177,10 @@ def unsupported_keys(config: Any, flags: set[str] | None = None) -> list[tuple[s
     return [(key, value) for key, value in values if value.lower() in BF16_NAMES]
 
 
-def startup_line(config: Any, choice: Choice | None = None) -> str:
-    """The start-up line: the precision, why, and any of :data:`KEYS` the command line set otherwise."""
+def startup_line(config: Any, choice: Choice | None = None, speed: Any = None) -> str:
+    """The start-up line: the precision, why, any of :data:`KEYS` the command line set otherwise, and how fast bf16
+    multiplies on this CPU against fp32 (``speed``: a :class:`~verl_ext.cpu.precision_probe.Speed`, ``None`` to
+    leave it out)."""
     from omegaconf import OmegaConf
 
     choice = choose(OmegaConf.select(config, KEY, default=None)) if choice is None else choice
@@ -184,9 +195,10 @@ def startup_line(config: Any, choice: Choice | None = None) -> str:
         if str(value) != FORMS[form][choice.precision]:
             overridden.append(f"{key}={value}")
     also = f"; set otherwise on the command line: {', '.join(overridden)}" if overridden else ""
-    return f"verl_ext: CPU mode runs in {what} ({choice.reason}{also})"
+    line = f"verl_ext: CPU mode runs in {what} ({choice.reason}{also})"
+    return line if speed is None else f"{line}; {speed.describe(choice.precision)}"
 
 
-__all__ = ["BF16_FLAGS", "CHOICES", "Choice", "FORMS", "KEY", "KEYS", "PrecisionError", "VAR", "bf16_flags", "choose",
-           "cpu_flags", "dtype", "fp32_log_probs", "fp32_log_probs_for_verl_engine", "startup_line",
-           "unsupported_keys"]  # fmt: skip
+__all__ = ["BF16_FLAGS", "CHOICES", "Choice", "DEFAULT", "FORMS", "KEY", "KEYS", "PrecisionError", "VAR", "bf16_flags",
+           "choose", "cpu_flags", "dtype", "fp32_log_probs", "fp32_log_probs_for_verl_engine", "requested_precision",
+           "startup_line", "unsupported_keys"]  # fmt: skip
