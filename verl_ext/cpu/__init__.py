@@ -12,7 +12,8 @@ here is loaded into users' processes (driver, TaskRunner, Ray workers, vLLM engi
 | ``plugin`` | ``verl.plugins`` entry point ``verl_ext_cpu``: CPU mode in every process that imports verl |
 | ``machine`` | what machine a measurement came from |
 | ``openmp`` | Intel's OpenMP runtime preloaded into CPU mode's Ray workers (``VERL_EXT_CPU_IOMP``) |
-| ``precision`` | bf16 or fp32 compute (``VERL_EXT_CPU_PRECISION``), and fp32 log-probs from bf16 logits (workaround 8) |
+| ``precision`` | fp32 (default) or bf16 compute (``verl_ext.cpu_precision``), and fp32 log-probs from bf16 logits (workaround 8) |
+| ``precision_probe`` | bf16's matmul speed against fp32's on this CPU at the model's shapes, measured once and cached (the start-up line) |
 
 The tiny model, the toy task and the in-process engine harness live in :mod:`verl_ext.testbed`.
 May import: torch, verl, vLLM and Ray (lazily); nothing else of verl_ext. Nothing here acts where CUDA is available.
