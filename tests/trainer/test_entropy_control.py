@@ -300,6 +300,23 @@ def test_autopilot_without_an_observed_entropy_fails_clearly(compose):
         trainer._update_actor(legacy_batch())
 
 
+def test_the_driver_holds_the_actuator_on_a_batch_without_valid_tokens_and_stops_after_max_bad_steps(compose):
+    """An empty response mask measures 0 nats: the autopilot holds the value of the step before, counts it, and the
+    third such step in a row stops the run naming the metric and the step."""
+    trainer = legacy_trainer(compose, *AUTOPILOT)
+    driver = trainer.verl_ext_driver
+    entropy, mask = torch.full((2, 3), 0.5), torch.ones(2, 3)
+    driver.observe_entropy(entropy, mask)
+    first = driver.control_value(1, {})
+    for step in (2, 3):
+        driver.observe_entropy(entropy, torch.zeros(2, 3))
+        metrics: dict = {}
+        assert driver.control_value(step, metrics) == first and metrics["entropy_control/bad_steps"] == step - 1
+    driver.observe_entropy(entropy, torch.zeros(2, 3))
+    with pytest.raises(RuntimeError, match="entropy_control/entropy was 0.0 at step 4"):
+        driver.control_value(4, {})
+
+
 def test_token_lens_writes_exactly_the_selected_tokens(compose, tmp_path):
     from transformers import PreTrainedTokenizerFast  # noqa: F401  (any tokenizer with decode works)
 
