@@ -220,3 +220,16 @@ def test_the_state_file_is_written_atomically(tmp_path, monkeypatch):
         write_atomically(path, '{"new": 2}')
     assert seen == [(str(path.parent), str(path))]  # a temporary file in the same folder, renamed over the file
     assert json.loads(path.read_text()) == {"old": 1} and sorted(p.name for p in path.parent.iterdir()) == [path.name]
+
+
+def test_a_held_step_leaves_pis_integral_alone_when_the_selection_is_limited():
+    """After a held step nothing the controller decided can be corrected: a limited selection (Clip-Cov's candidates)
+    does not take the step before's error out of pi's integral."""
+    made = EntropyController(EntropyControlConfig(enable=True, controller="pi", actuator="cov_ratio", target=1.0,
+                                                  ratio_max=0.5, kp=1.0, ki=0.5), 0.1)  # fmt: skip
+    made.update(1, 0.5)
+    integral = made.state.integral
+    metrics: dict = {}
+    made.update(2, math.nan)
+    made.actuator_limited(True, metrics)
+    assert made.state.integral == integral and metrics["entropy_control/limited"] == 1.0
