@@ -22,8 +22,8 @@ CASES = {
     "entropic": dict(controller="entropic", actuator="pos_weight"),
 }
 """One pair per controller; auto two-sided so that its value moves both ways before the bad step."""
-GOOD = [0.5, 0.35, 0.42, 0.3, 0.38, 0.33]
-"""Measured entropies around the target 0.4 before the bad one."""
+GOOD = [0.5, 0.35, 0.42, 0.3, 0.38, 0.33, 0.45, 0.36, 0.4, 0.31, 0.44, 0.37]
+"""Measured entropies around the target 0.4 before the bad one (auto's outlier gate applies from the 10th on)."""
 BAD = [math.nan, math.inf, -math.inf, 0.0, -0.1]
 
 
@@ -72,23 +72,23 @@ def test_a_bad_first_measurement_holds_the_actuators_init(name):
 def test_max_bad_steps_in_a_row_stop_the_run_naming_the_metric_and_the_step(name):
     made = make(name, max_bad_steps=3)
     run(made, GOOD)
-    run(made, [math.nan, math.inf], start=7)  # two in a row: held
-    run(made, [0.4], start=9)  # a good one resets the run of bad ones
-    run(made, [0.0, math.nan], start=10)
+    run(made, [math.nan, math.inf], start=13)  # two in a row: held
+    run(made, [0.4], start=15)  # a good one resets the run of bad ones
+    run(made, [0.0, math.nan], start=16)
     with pytest.raises(RuntimeError) as info:
-        made.update(12, math.inf)
-    assert CONTROL_ENTROPY in str(info.value) and "step 12" in str(info.value) and "max_bad_steps=3" in str(info.value)
+        made.update(18, math.inf)
+    assert CONTROL_ENTROPY in str(info.value) and "step 18" in str(info.value) and "max_bad_steps=3" in str(info.value)
 
 
 def test_the_first_bad_measurement_warns_once(caplog):
     made = make("auto")
     run(made, GOOD)
     with caplog.at_level(logging.WARNING, logger="verl_ext.control.autopilot"):
-        made.update(7, math.nan)
-        made.update(8, 0.4)
-        made.update(9, 0.0)
+        made.update(13, math.nan)
+        made.update(14, 0.4)
+        made.update(15, 0.0)
     warned = [r for r in caplog.records if CONTROL_ENTROPY in r.getMessage()]
-    assert len(warned) == 1 and "step 7" in warned[0].getMessage()
+    assert len(warned) == 1 and "step 13" in warned[0].getMessage()
 
 
 @pytest.mark.parametrize("value", [0, -1, 1.5, True, "3"])
@@ -136,7 +136,7 @@ def test_auto_takes_a_persistent_change_of_level_after_outlier_run_skips():
     run(made, GOOD)
     mean, sd = predicted_sd(made)
     far = math.exp(mean + 10.0 * sd)
-    flags = [made.update(7 + i, far)[1][self_tuning.OUTLIER] for i in range(self_tuning.OUTLIER_RUN + 1)]
+    flags = [made.update(13 + i, far)[1][self_tuning.OUTLIER] for i in range(self_tuning.OUTLIER_RUN + 1)]
     assert flags == [1.0] * self_tuning.OUTLIER_RUN + [0.0]
 
 
@@ -196,11 +196,11 @@ def test_a_bank_that_does_not_fit_the_noise_grid_is_an_error_not_truncated():
 def test_bad_step_counters_survive_a_checkpoint():
     made = make("pi", max_bad_steps=3)
     run(made, GOOD)
-    run(made, [math.nan, 0.0], start=7)
+    run(made, [math.nan, 0.0], start=13)
     resumed = make("pi", max_bad_steps=3)
     resumed.load_state_dict(json.loads(json.dumps(made.state_dict())))
-    with pytest.raises(RuntimeError, match="step 9"):
-        resumed.update(9, math.nan)  # the third in a row, counting the two before the checkpoint
+    with pytest.raises(RuntimeError, match="step 15"):
+        resumed.update(15, math.nan)  # the third in a row, counting the two before the checkpoint
 
 
 def test_the_state_file_is_written_atomically(tmp_path, monkeypatch):

@@ -21,7 +21,8 @@ Each step it
    entropy would measure ``R`` directly, but the controller is handed only the batch's mean entropy
    (:meth:`~verl_ext.driver.mixin.VerlExtDriver.observe_entropy`), so it uses the innovations of its own filters.
    A measurement farther than :data:`OUTLIER_SIGMAS` standard deviations from the filters' own prediction of it is
-   not learned from (the filters only predict over the step) and the actuator holds its value; up to
+   not learned from (the filters only predict over the step) and the actuator holds its value, from the
+   :data:`OUTLIER_WARMUP`-th measurement on (before, the noise estimate is too young to judge by); up to
    :data:`OUTLIER_RUN` in a row are skipped, the next is taken as a real change of level;
 2. **acts**: it predicts ``x`` over the lag with the actions already taken (``x_{t+L|t}``), and sets ``a`` so that
    the step after cancels the drift and closes a share ``kappa`` of the predicted gap to the target (the drift
@@ -68,6 +69,10 @@ GAIN_FLOOR = 0.1
 its range promises is handled as that weak; the drift cancellation ``-b / g`` stays finite)."""
 OUTLIER_SIGMAS = 4.0
 """A measurement whose innovation exceeds this many standard deviations of its prediction is not learned from."""
+OUTLIER_WARMUP = 10
+"""The gate applies from this many measurements on: before, the noise estimate rests on too few of them (on the
+fitted real plant the prediction errors spread ~2x the predicted standard deviation over the first 10 steps, 1.2x
+after)."""
 OUTLIER_RUN = 2
 """At most this many measurements in a row are skipped as outliers; the next one is learned from (a change of level,
 not a bad reading)."""
@@ -198,10 +203,10 @@ class SelfTuningController:
 
     def _outlier(self, y: float) -> bool:
         """Whether ``y`` lies more than :data:`OUTLIER_SIGMAS` standard deviations from the filters' prediction of it
-        (``x + b + g a``, variance ``Var x + Q + R + Var b + a^2 Var g``), and fewer than :data:`OUTLIER_RUN` were
-        skipped in a row."""
+        (``x + b + g a``, variance ``Var x + Q + R + Var b + a^2 Var g``), after :data:`OUTLIER_WARMUP` measurements
+        and with fewer than :data:`OUTLIER_RUN` skipped in a row."""
         st = self.state
-        if not st.estimate or st.skipped >= OUTLIER_RUN:
+        if not st.estimate or st.seen < OUTLIER_WARMUP or st.skipped >= OUTLIER_RUN:
             return False
         x, b, g, var_b, var_g, R, Q, var_x = st.estimate
         a = self._acting()
@@ -303,6 +308,6 @@ class SelfTuningController:
             self.state.actions[-1] = to_coordinate(actuator, value)
 
 
-__all__ = ["ESTIMATE_KEYS", "GAIN_FLOOR", "KAPPA", "NOISE_RATIOS", "OUTLIER_RUN", "OUTLIER_SIGMAS", "PRIOR_NOISE",
+__all__ = ["ESTIMATE_KEYS", "GAIN_FLOOR", "KAPPA", "NOISE_RATIOS", "OUTLIER_RUN", "OUTLIER_SIGMAS", "OUTLIER_WARMUP", "PRIOR_NOISE",
            "PRIOR_STEPS", "RATE_PRIOR", "REFERENCE_REACH", "STATE_ROW", "STEP_SIGMAS", "SelfTuningController",
            "SelfTuningState", "coordinate", "from_coordinate", "to_coordinate"]  # fmt: skip
