@@ -20,8 +20,8 @@ from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 from verl_ext.config import PrefixedConfig
-from verl_ext.contract import (CONTROL_ACTUATOR_KEYS, CONTROL_BAD_STEPS, CONTROL_ENTROPY, CONTROL_ERROR, CONTROL_GATE, CONTROL_INTEGRAL,
-                               CONTROL_INTEGRATIONS, CONTROL_LIMITED, CONTROL_SATURATED, CONTROL_TARGET,
+from verl_ext.contract import (CONTROL_ACTUATOR_KEYS, CONTROL_BAD_STEPS, CONTROL_ENTROPY, CONTROL_ERROR, CONTROL_GATE,
+                               CONTROL_INTEGRAL, CONTROL_INTEGRATIONS, CONTROL_LIMITED, CONTROL_SATURATED, CONTROL_TARGET,
                                CONTROL_VALUE)
 from verl_ext.control.actuators import ACTUATORS, PAIRS, REFUSED, Actuator, actuator_from_config
 from verl_ext.control.controllers import CONTROLLERS as FIXED_LAW_CONTROLLERS
