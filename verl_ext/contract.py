@@ -59,6 +59,9 @@ CONTROL_GATE = CONTROL_METRIC_PREFIX + "gate"
 """Skywork's gate: 1 while the entropy term is applied (entropy below target), else 0."""
 CONTROL_INTEGRATIONS = CONTROL_METRIC_PREFIX + "integrations"
 """EntroPIC's law: how many times the step's error entered the integral (``entropic_integral_per``)."""
+CONTROL_BAD_STEPS = CONTROL_METRIC_PREFIX + "bad_steps"
+"""How many of the run's measured entropies so far were not finite or <= 0 (not learned from; the actuator held its
+last value at each); logged every step."""
 CONTROL_ACTUATOR_KEYS = {"cov_ratio": CONTROL_RATIO, "entropy_coef": CONTROL_METRIC_PREFIX + "entropy_coef",
                          "pos_weight": CONTROL_METRIC_PREFIX + "pos_weight"}  # fmt: skip
 """Each actuator's value under its own name (``entropy_control/ratio`` kept for the selection ratio)."""
@@ -92,6 +95,7 @@ def lens_file_for(log: str | Path) -> Path:
 
 
 __all__ = [
+    "CONTROL_BAD_STEPS",
     "CONTROL_ACTUATOR_KEYS", "CONTROL_GATE", "CONTROL_VALUE", "ENTROPY_COEF", "HIGH_ENTROPY_WEIGHT", "POS_WEIGHT",
     "CONTROL_ENTROPY", "CONTROL_ERROR", "CONTROL_INTEGRAL", "CONTROL_INTEGRATIONS", "CONTROL_LIMITED", "POS_WEIGHT_NORM", "CONTROL_METRIC_PREFIX", "CONTROL_RATIO",
     "CONTROL_SATURATED", "CONTROL_TARGET", "COV_SELECTED", "LENS_SUFFIX", "OLD_ENTROPY", "lens_file_for",

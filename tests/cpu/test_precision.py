@@ -188,11 +188,16 @@ def test_fp32_logits_keep_verls_own_path():
     torch.testing.assert_close(precision.fp32_log_probs(logits, labels), logprobs_from_logits(logits, labels))
 
 
-def test_cpu_mode_gives_verls_fsdp_engine_the_fp32_log_probs():
+def test_cpu_mode_gives_verls_fsdp_engine_the_fp32_log_probs(monkeypatch):
+    """From verl's own function, the patch installs the fp32 one once; monkeypatch puts the engine module's attribute
+    back as it found it after the test."""
     import importlib
 
+    from verl.utils.torch_functional import logprobs_from_logits
+
     engine = importlib.import_module(precision.VERL_FSDP_ENGINE_MODULE)
-    precision.fp32_log_probs_for_verl_engine()
+    monkeypatch.setattr(engine, "logprobs_from_logits", logprobs_from_logits)
+    assert precision.fp32_log_probs_for_verl_engine() is True
     assert engine.logprobs_from_logits is precision.fp32_log_probs
     assert precision.fp32_log_probs_for_verl_engine() is False  # idempotent
 

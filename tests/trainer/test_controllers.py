@@ -195,10 +195,13 @@ def test_state_resumes_exactly_and_refuses_another_pair():
         other.load_state_dict(first.state_dict())
 
 
-def test_a_state_saved_before_the_split_loads_as_pi_on_the_ratio():
-    controller = EntropyController(EntropyControlConfig(enable=True, controller="pi", target=1.0), ratio_init=0.01)
-    controller.load_state_dict({"integral": 0.5, "ratio": 0.02, "step": 7})
-    assert (controller.state.integral, controller.state.value, controller.state.step) == (0.5, 0.02, 7)
+def test_a_state_without_its_schema_version_is_an_error_naming_the_key():
+    """A state file of an older layout (here: the one before the controller / actuator split) is refused by name."""
+    controller = EntropyController(EntropyControlConfig(enable=True, controller="pi", actuator="cov_ratio", target=1.0),
+                                   ratio_init=0.01)  # fmt: skip
+    with pytest.raises(ConfigError) as info:
+        controller.load_state_dict({"integral": 0.5, "ratio": 0.02, "step": 7})
+    assert info.value.key == "verl_ext.entropy_control.schema" and "schema None" in info.value.message
 
 
 # ----------------------------------------------------------------------------------------------------------

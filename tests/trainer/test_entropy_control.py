@@ -61,7 +61,7 @@ def test_pi_law_on_a_trajectory_computed_by_hand():
       step 3: log 0.1 + 1 + 0.5 (1.2 + 1)     = log 0.1 + 2.1  -> 0.8166 > 0.5: 0.5, saturated, and the error pushes
               further into the bound, so I stays 1.2 (anti-windup)
       step 4: log 0.1 - 0.5 + 0.5 (1.2 - 0.5) = log 0.1 - 0.15 -> 0.086071; I = 0.7"""
-    cfg = EntropyControlConfig(enable=True, controller="pi", target=1.0, ratio_min=0.01, ratio_max=0.5, kp=1.0, ki=0.5)
+    cfg = EntropyControlConfig(enable=True, controller="pi", actuator="cov_ratio", target=1.0, ratio_min=0.01, ratio_max=0.5, kp=1.0, ki=0.5)
     controller = EntropyController(cfg, ratio_init=0.1)
     expected = [(0.134986, 0.2, 0.2, 0.0), (0.495303, 1.0, 1.2, 0.0), (0.5, 1.0, 1.2, 1.0), (0.086071, -0.5, 0.7, 0.0)]
     for step, (entropy, (ratio, error, integral, saturated)) in enumerate(
@@ -78,13 +78,13 @@ def test_pi_law_on_a_trajectory_computed_by_hand():
 
 def test_step_response_holds_the_target_on_a_synthetic_plant():
     """Entropy starts at 3 and would collapse to gain*r0/decay = 0.2; the autopilot holds it at 1.0 (r* = 0.05)."""
-    cfg = EntropyControlConfig(enable=True, controller="pi", target=1.0, ratio_min=1e-4, ratio_max=0.5, kp=1.0, ki=0.3)
+    cfg = EntropyControlConfig(enable=True, controller="pi", actuator="cov_ratio", target=1.0, ratio_min=1e-4, ratio_max=0.5, kp=1.0, ki=0.3)
     history = run(EntropyController(cfg, ratio_init=0.01), steps=80)
     late = history[-20:]
     assert max(abs(h["measured"] - 1.0) for h in late) < 0.02
     assert late[-1]["entropy_control/ratio"] == pytest.approx(0.05, rel=0.03)
     assert not any(h["entropy_control/saturated"] for h in late)
-    uncontrolled = EntropyControlConfig(enable=True, controller="pi", target=1.0, kp=0.0, ki=0.0)
+    uncontrolled = EntropyControlConfig(enable=True, controller="pi", actuator="cov_ratio", target=1.0, kp=0.0, ki=0.0)
     fixed = run(EntropyController(uncontrolled, 0.01), steps=80)
     assert fixed[-1]["measured"] == pytest.approx(0.2, rel=0.05)  # without control: the plant's own level
 
@@ -92,14 +92,14 @@ def test_step_response_holds_the_target_on_a_synthetic_plant():
 def test_saturation_and_anti_windup():
     """Unreachable target: the ratio sits on ratio_max and the integral stops growing; when the target becomes
     reachable again the ratio leaves the bound at once instead of unwinding an accumulated integral."""
-    cfg = EntropyControlConfig(enable=True, controller="pi", target=5.0, ratio_min=1e-4, ratio_max=0.1, kp=1.0, ki=0.3)
+    cfg = EntropyControlConfig(enable=True, controller="pi", actuator="cov_ratio", target=5.0, ratio_min=1e-4, ratio_max=0.1, kp=1.0, ki=0.3)
     controller = EntropyController(cfg, ratio_init=0.01)
     history = run(controller, steps=40)
     assert all(h["entropy_control/saturated"] == 1.0 for h in history[10:])
     assert history[-1]["entropy_control/ratio"] == pytest.approx(0.1)
     frozen = [h["entropy_control/integral"] for h in history[10:]]
     assert max(frozen) - min(frozen) < 1e-12
-    controller.config = EntropyControlConfig(enable=True, controller="pi", target=0.5, ratio_min=1e-4, ratio_max=0.1,
+    controller.config = EntropyControlConfig(enable=True, controller="pi", actuator="cov_ratio", target=0.5, ratio_min=1e-4, ratio_max=0.1,
                                              kp=1.0, ki=0.3)  # fmt: skip
     ratio, metrics = controller.update(41, history[-1]["measured"])
     assert ratio < 0.1 and metrics["entropy_control/saturated"] == 0.0
@@ -113,7 +113,7 @@ def test_pi_takes_a_limited_steps_error_out_of_the_integral_only_when_it_pushed_
       step 3: e = 1: log 0.1 + 1 + 0.5 (-0.5 + 1) = log 0.1 + 1.25 -> 0.349034, not limited -> I = 0.5
       step 4: e = 3: log 0.1 + 3 + 0.5 (0.5 + 3) > log 0.5: on the bound, held there already; limited changes
               nothing (I = 0.5)"""
-    cfg = EntropyControlConfig(enable=True, controller="pi", target=1.0, ratio_min=0.01, ratio_max=0.5, kp=1.0, ki=0.5)
+    cfg = EntropyControlConfig(enable=True, controller="pi", actuator="cov_ratio", target=1.0, ratio_min=0.01, ratio_max=0.5, kp=1.0, ki=0.5)
     controller = EntropyController(cfg, ratio_init=0.1)
     expected = [(0.2, True, 0.0), (-0.5, True, -0.5), (1.0, False, 0.5), (3.0, True, 0.5)]
     for step, (error, limited, integral) in enumerate(expected, start=1):
@@ -130,7 +130,7 @@ def test_pi_takes_a_limited_steps_error_out_of_the_integral_only_when_it_pushed_
 def test_a_second_update_of_one_step_is_an_error_naming_the_step():
     """The controller updates once per training step: a second update of a step (or an earlier step) would integrate
     its error twice, so it is an error naming the step; a resumed controller continues after the loaded step."""
-    cfg = EntropyControlConfig(enable=True, controller="pi", target=1.0, ratio_min=0.01, ratio_max=0.5, kp=1.0, ki=0.5)
+    cfg = EntropyControlConfig(enable=True, controller="pi", actuator="cov_ratio", target=1.0, ratio_min=0.01, ratio_max=0.5, kp=1.0, ki=0.5)
     controller = EntropyController(cfg, ratio_init=0.1)
     controller.update(3, 0.8)
     integral = controller.state.integral
@@ -147,7 +147,7 @@ def test_a_second_update_of_one_step_is_an_error_naming_the_step():
 
 
 def test_state_round_trip_continues_identically():
-    cfg = EntropyControlConfig(enable=True, controller="pi", target=1.2, ratio_max=0.3)
+    cfg = EntropyControlConfig(enable=True, controller="pi", actuator="cov_ratio", target=1.2, ratio_max=0.3)
     whole = EntropyController(cfg, 0.02)
     run(whole, steps=10)
     resumed = EntropyController(cfg, 0.02)
@@ -183,14 +183,15 @@ from _trainer_fakes import RESPONSE_LENS, legacy_batch, legacy_trainer  # noqa: 
 
 AUTOPILOT = ["policy_loss@actor_rollout_ref.actor.policy_loss=kl_cov", "actor_rollout_ref.actor.policy_loss.kl_cov_ratio=0.1",
              "verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.target=50.0",
-             "verl_ext.entropy_control.ratio_max=0.5"]  # fmt: skip
+             "verl_ext.entropy_control.actuator=cov_ratio", "verl_ext.entropy_control.ratio_max=0.5"]  # fmt: skip
 
 
 def test_validation_names_the_key_of_an_unsupported_setting(compose):
     from verl_ext.checks.validation import ConfigError, check_driver_features
 
     for overrides, key in (
-        (["actor_rollout_ref.actor.policy_loss.loss_mode=grpo_erc", "verl_ext.entropy_control.enable=true"],
+        (["actor_rollout_ref.actor.policy_loss.loss_mode=grpo_erc", "verl_ext.entropy_control.enable=true",
+          "verl_ext.entropy_control.actuator=cov_ratio"],
          "verl_ext.entropy_control.enable"),
         ([*AUTOPILOT, "actor_rollout_ref.actor.policy_loss.cov_scope=micro"], "verl_ext.entropy_control.enable"),
         (["actor_rollout_ref.actor.policy_loss.loss_mode=vanilla", "verl_ext.token_lens.enable=true"],
@@ -235,7 +236,8 @@ def test_autopilot_on_clip_cov_holds_its_integral_while_the_bounds_admit_fewer_t
     candidate) delivers its budget and integrates."""
     # target 0.6 against the measured 0.5: e = log 1.2, ratio 0.1 e^(1.5 e) = 0.131, inside [ratio_min, ratio_max]
     control = ["verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.controller=pi", "verl_ext.entropy_control.target=0.6", "verl_ext.entropy_control.kp=1.0",
-               "verl_ext.entropy_control.ki=0.5", "verl_ext.entropy_control.ratio_max=0.5"]  # fmt: skip
+               "verl_ext.entropy_control.ki=0.5", "verl_ext.entropy_control.actuator=cov_ratio",
+               "verl_ext.entropy_control.ratio_max=0.5"]  # fmt: skip
     clip_cov = ["policy_loss@actor_rollout_ref.actor.policy_loss=clip_cov", "actor_rollout_ref.actor.policy_loss.clip_cov_ratio=0.1",
                 "actor_rollout_ref.actor.policy_loss.clip_cov_lb=1000.0", "actor_rollout_ref.actor.policy_loss.clip_cov_ub=2000.0"]  # fmt: skip
     for overrides, limited in ((clip_cov, True), (AUTOPILOT[:2], False)):
@@ -296,6 +298,23 @@ def test_autopilot_without_an_observed_entropy_fails_clearly(compose):
     trainer = legacy_trainer(compose, *AUTOPILOT)
     with pytest.raises(RuntimeError, match="no entropy observed"):
         trainer._update_actor(legacy_batch())
+
+
+def test_the_driver_holds_the_actuator_on_a_batch_without_valid_tokens_and_stops_after_max_bad_steps(compose):
+    """An empty response mask measures 0 nats: the autopilot holds the value of the step before, counts it, and the
+    third such step in a row stops the run naming the metric and the step."""
+    trainer = legacy_trainer(compose, *AUTOPILOT)
+    driver = trainer.verl_ext_driver
+    entropy, mask = torch.full((2, 3), 0.5), torch.ones(2, 3)
+    driver.observe_entropy(entropy, mask)
+    first = driver.control_value(1, {})
+    for step in (2, 3):
+        driver.observe_entropy(entropy, torch.zeros(2, 3))
+        metrics: dict = {}
+        assert driver.control_value(step, metrics) == first and metrics["entropy_control/bad_steps"] == step - 1
+    driver.observe_entropy(entropy, torch.zeros(2, 3))
+    with pytest.raises(RuntimeError, match="entropy_control/entropy was 0.0 at step 4"):
+        driver.control_value(4, {})
 
 
 def test_token_lens_writes_exactly_the_selected_tokens(compose, tmp_path):

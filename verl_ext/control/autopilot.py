@@ -15,19 +15,24 @@ the pairs that make sense. Everything here is pure Python (no torch, no verl): :
 from __future__ import annotations
 
 import math
+import logging
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 from verl_ext.config import PrefixedConfig
-from verl_ext.contract import (CONTROL_ACTUATOR_KEYS, CONTROL_ENTROPY, CONTROL_ERROR, CONTROL_GATE, CONTROL_INTEGRAL,
-                               CONTROL_INTEGRATIONS, CONTROL_LIMITED, CONTROL_SATURATED, CONTROL_TARGET,
+from verl_ext.contract import (CONTROL_ACTUATOR_KEYS, CONTROL_BAD_STEPS, CONTROL_ENTROPY, CONTROL_ERROR, CONTROL_GATE,
+                               CONTROL_INTEGRAL, CONTROL_INTEGRATIONS, CONTROL_LIMITED, CONTROL_SATURATED, CONTROL_TARGET,
                                CONTROL_VALUE)
 from verl_ext.control.actuators import ACTUATORS, PAIRS, REFUSED, Actuator, actuator_from_config
 from verl_ext.control.controllers import CONTROLLERS as FIXED_LAW_CONTROLLERS
 from verl_ext.control.controllers import Controller, PIController, make_controller, state_dict
-from verl_ext.control.self_tuning import SelfTuningController
+from verl_ext.control.self_tuning import NOISE_RATIOS, SelfTuningController
+
+logger = logging.getLogger(__name__)
 
 AUTOPILOT_CONFIG_PREFIX = "verl_ext.entropy_control."
+STATE_SCHEMA = 2
+"""The version of :meth:`EntropyController.state_dict`'s layout; a checkpoint with another is an error on load."""
 SCHEDULES = ("constant", "linear", "cosine")
 WEIGHT_NORMS = ("high_prob", "all_tokens")
 """``weight_norm``: what EntroPIC's term is normalised by (:mod:`verl_ext.trainer.actor_loss`)."""
@@ -36,7 +41,7 @@ CONTROLLERS = (*FIXED_LAW_CONTROLLERS, "auto")
 AUTO_LAG_MAX = 4
 """The largest ``auto_lag`` (the committed logs' fits: 0-2 steps)."""
 AUTO_COEF_REACH = 0.1
-"""``controller=auto``'s default coefficient range is ``[-0.1, 0.1]``: the entropy term's gradient stays within a
+"""``controller=auto``'s default ``coef_max``: the entropy term's gradient stays within a
 tenth of the policy gradient's per-token scale (GRPO's and DAPO's advantages are normalised to unit scale, the
 entropy's gradient on a token's logits is at most of the order of its entropy), so it shapes the entropy without
 outweighing the reward; the real model's fitted plant holds 0.3 nats at ~0.027 (:mod:`verl_ext.analysis.plant`)."""
@@ -77,8 +82,9 @@ class EntropyControlConfig(PrefixedConfig):
     :mod:`~verl_ext.control.self_tuning`), ``pi`` (log-space PI with the gains ``kp`` / ``ki``, anti-windup),
     ``skywork`` (Skywork-OR1's +-delta rule with the below-target gate) or ``entropic`` (EntroPIC's linear PI law)."""
 
-    actuator: str = "cov_ratio"
-    """``cov_ratio`` (Clip-Cov / KL-Cov selection ratio; ``clip_cov`` / ``kl_cov`` with ``cov_scope=batch``),
+    actuator: str = "entropy_coef"
+    """``entropy_coef`` (the default: it works with every policy loss; the real-model runs held the target closest with
+    it), ``cov_ratio`` (Clip-Cov / KL-Cov selection ratio; ``clip_cov`` / ``kl_cov`` with ``cov_scope=batch``),
     ``entropy_coef`` (the coefficient of verl's entropy term; actor ``entropy_coeff`` must be 0) or ``pos_weight``
     (EntroPIC's alpha on high-probability tokens; any policy loss)."""
 
@@ -127,12 +133,13 @@ class EntropyControlConfig(PrefixedConfig):
     (``ppo_epochs x`` the mini-batches of the training batch), each time the same pre-update entropy error; ``step``
     adds it once per training step (verl_ext's cadence before; with DAPO's 8 mini-batches an 8x weaker integral)."""
 
-    coef_min: float | None = None
-    """``entropy_coef``: smallest coefficient; null: ``-coef_max`` with ``controller=auto``, 0 with the others
-    (Skywork-OR1's ``MIN_ENT_COEF`` of their ``or1_scripts/train/*.sh``). ``pi``, ``skywork`` and ``entropic`` take
-    it >= 0; ``pi`` works in log space: with 0 its range starts at ``coef_max x``
-    :data:`~verl_ext.control.controllers.LOG_FLOOR`. ``auto`` takes it down to ``-coef_max``: below 0 the term
-    minimises entropy, which makes the actuator two-sided."""
+    coef_min: float = 0.0
+    """``entropy_coef``: smallest coefficient (default 0 with every controller, Skywork-OR1's ``MIN_ENT_COEF`` of their
+    ``or1_scripts/train/*.sh``: the term only ever raises entropy). ``pi``, ``skywork`` and ``entropic`` take it >= 0;
+    ``pi`` works in log space: with 0 its range starts at ``coef_max x`` :data:`~verl_ext.control.controllers.
+    LOG_FLOOR`. ``auto`` takes it down to ``-coef_max``: a negative coefficient turns the entropy term into entropy
+    *minimisation* (the loss rewards sharper distributions), which makes the control two-sided - opt in by setting
+    it below 0."""
 
     coef_max: float | None = None
     """``entropy_coef``: largest coefficient (> coef_min); null: :data:`AUTO_COEF_REACH` (0.1) with
@@ -142,8 +149,15 @@ class EntropyControlConfig(PrefixedConfig):
     coef_init: float = 0.0
     """``entropy_coef``: start value (``skywork``) or value at zero error (``pi``, ``entropic``), in
     [coef_min, coef_max] (Skywork-OR1: 0, the ``ENTROPY_COEFF`` their ``or1_scripts/train/*.sh`` pass as the
-    controller's initial coefficient). ``pi`` with 0 starts from the bottom of its log range; ``auto`` ignores it
-    (its drift estimate sets the level)."""
+    controller's initial coefficient). ``pi`` with 0 starts from the bottom of its log range; ``auto`` takes it as
+    the value before step 1, from which its first move is limited like every later one (its drift estimate, not the
+    init, sets the level)."""
+
+    max_bad_steps: int = 3
+    """How many measured entropies in a row may be unusable (not finite, or <= 0: an empty response mask, a NaN in
+    the old-log-prob pass) before the run stops with an error naming the metric and the step (an integer >= 1). Each
+    such step is not learned from, the actuator holds its last value, ``entropy_control/bad_steps`` counts it, and
+    the run's first one logs a warning."""
 
     auto_memory: int = 20
     """``auto``: the steps over which its estimates of the drift, the actuator's gain and the noise forget (an
@@ -196,7 +210,7 @@ class EntropyControlConfig(PrefixedConfig):
         if self.ratio_init is not None and not self.ratio_min <= _number("ratio_init", self.ratio_init) <= self.ratio_max:
             raise EntropyControlConfig.error("ratio_init", f"{self.ratio_init!r} is invalid: allowed null or a number in "
                                       f"[ratio_min, ratio_max] = [{self.ratio_min}, {self.ratio_max}]")  # fmt: skip
-        for key, low, high in (("auto_memory", 2, None), ("auto_lag", 0, AUTO_LAG_MAX)):
+        for key, low, high in (("auto_memory", 2, None), ("auto_lag", 0, AUTO_LAG_MAX), ("max_bad_steps", 1, None)):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
                 allowed = f"an integer in [{low}, {high}]" if high is not None else f"an integer >= {low}"
@@ -227,16 +241,13 @@ class EntropyControlConfig(PrefixedConfig):
                 raise EntropyControlConfig.error(key, f"{getattr(self, key)!r} is set but {role}={chosen} ignores it "
                                                  f"(it is read by {role}={owner} only): remove it, or choose "
                                                  f"{role}={owner}")  # fmt: skip
-        if self.actuator == "entropy_coef":  # the range's defaults depend on the controller (null until chosen)
-            if self.coef_max is None:
-                self.coef_max = AUTO_COEF_REACH if self.controller == "auto" else FIXED_LAW_COEF_MAX
-            if self.coef_min is None:
-                self.coef_min = -self.coef_max if self.controller == "auto" else 0.0
+        if self.actuator == "entropy_coef" and self.coef_max is None:  # its default depends on the controller
+            self.coef_max = AUTO_COEF_REACH if self.controller == "auto" else FIXED_LAW_COEF_MAX
         if self.controller == "auto" and self.actuator == "entropy_coef":
             if _number("coef_max", self.coef_max) <= 0 or not -self.coef_max <= _number("coef_min", self.coef_min) < self.coef_max:
                 raise EntropyControlConfig.error("coef_min", f"coef_min={self.coef_min!r}, coef_max={self.coef_max!r} are "
                                                  "invalid with controller=auto: allowed -coef_max <= coef_min < coef_max, "
-                                                 "coef_max > 0 (below 0 the coefficient minimises entropy)")  # fmt: skip
+                                                 "coef_max > 0 (below 0 the coefficient minimises entropy: opt in)")  # fmt: skip
         elif self.actuator == "entropy_coef":
             self._check_range("coef", 0.0, None)
         self._check_range("weight", -1.0, 1.0)
@@ -301,6 +312,14 @@ class EntropyController:
                                        if config.controller == "auto" else make_controller(config.controller, config))  # fmt: skip
         self.last_step: int | None = None
         """The step of the last :meth:`update` (or of the loaded state); a second update of it is an error."""
+        self.held: float | None = None
+        """The actuator value applied at the last step (``None`` before the first): what an unusable measurement holds."""
+        self.bad_steps = 0
+        """How many measurements of the run were unusable (not finite, or <= 0)."""
+        self.bad_in_a_row = 0
+        """How many measurements in a row up to the last step were unusable (``max_bad_steps`` of them stop the run)."""
+        self.last_held = False
+        """Whether the last step held the actuator (an unusable measurement): nothing the step applied is learned."""
 
     @property
     def state(self):
@@ -325,23 +344,30 @@ class EntropyController:
                                f"{self.last_step}: the controller updates once per training step (a second update of "
                                "a step would count its error twice)")  # fmt: skip
         target = target_at(self.config, step, self.total_steps)
+        entropy = float(entropy)
+        if not math.isfinite(entropy) or entropy <= 0:
+            return self._hold(step, target, entropy)
+        self.bad_in_a_row = 0
+        self.last_held = False
         metrics_extra: dict[str, float] = {}
         if self.controller.name == "entropic":
             k = self.integrations(mini_batches)
-            decided = self.controller.step(target, float(entropy), self.actuator, integrations=k)  # type: ignore[call-arg]
+            decided = self.controller.step(target, entropy, self.actuator, integrations=k)  # type: ignore[call-arg]
             metrics_extra[CONTROL_INTEGRATIONS] = float(k)
         else:
-            decided = self.controller.step(target, float(entropy), self.actuator)
+            decided = self.controller.step(target, entropy, self.actuator)
         self.controller.state.step = int(step)
         self.last_step = int(step)
+        self.held = decided.value
         metrics = {
             CONTROL_TARGET: target,
-            CONTROL_ENTROPY: float(entropy),
+            CONTROL_ENTROPY: entropy,
             CONTROL_VALUE: decided.value,
             CONTROL_ACTUATOR_KEYS[self.actuator.name]: decided.value,
             CONTROL_ERROR: decided.error,
             CONTROL_INTEGRAL: decided.integral,
             CONTROL_SATURATED: float(decided.saturated),
+            CONTROL_BAD_STEPS: float(self.bad_steps),
         }
         if decided.gate is not None:
             metrics[CONTROL_GATE] = decided.gate
@@ -349,6 +375,40 @@ class EntropyController:
             metrics.update(decided.estimates)
         metrics.update(metrics_extra)
         return decided.value, metrics
+
+    def _hold(self, step: int, target: float, entropy: float) -> tuple[float, dict[str, float]]:
+        """An unusable measurement (not finite, or <= 0): the controller does not see it, the actuator holds the
+        value of the last step (before the first: the actuator's init), ``entropy_control/bad_steps`` counts it, the
+        run's first one warns, and the ``max_bad_steps``-th in a row is a ``RuntimeError`` naming the metric and
+        the step."""
+        self.bad_steps += 1
+        self.bad_in_a_row += 1
+        if self.bad_in_a_row >= self.config.max_bad_steps:
+            raise RuntimeError(f"verl_ext entropy autopilot: {CONTROL_ENTROPY} was {entropy!r} at step {step}, the "
+                               f"{self.bad_in_a_row}th unusable measurement in a row (not finite, or <= 0) - "
+                               f"verl_ext.entropy_control.max_bad_steps={self.config.max_bad_steps}: the batch's "
+                               "entropy cannot be measured (an empty response mask, or NaN / inf in the old-log-prob "
+                               "pass), so the run stops instead of training blind")  # fmt: skip
+        if self.bad_steps == 1:
+            logger.warning("verl_ext entropy autopilot: %s was %r at step %d (not finite, or <= 0): not learned from, "
+                           "the actuator holds its last value; %d such steps in a row stop the run "
+                           "(verl_ext.entropy_control.max_bad_steps)", CONTROL_ENTROPY, entropy, step,
+                           self.config.max_bad_steps)  # fmt: skip
+        value = self.actuator.init if self.held is None else self.held
+        self.last_held = True
+        self.controller.state.step = int(step)
+        self.last_step = int(step)
+        self.held = value
+        metrics = {
+            CONTROL_TARGET: target,
+            CONTROL_ENTROPY: entropy,
+            CONTROL_VALUE: value,
+            CONTROL_ACTUATOR_KEYS[self.actuator.name]: value,
+            CONTROL_INTEGRAL: self.controller.state.integral,
+            CONTROL_SATURATED: 0.0,
+            CONTROL_BAD_STEPS: float(self.bad_steps),
+        }
+        return value, metrics
 
     def actuator_limited(self, limited: bool, metrics: dict, applied: float | None = None) -> None:
         """After the step's selection (``cov_ratio``): ``limited`` when it took fewer tokens than the ratio asked
@@ -358,26 +418,55 @@ class EntropyController:
         applied fraction instead of the asked ratio. Writes ``entropy_control/limited`` and the integral it leaves to
         ``metrics``."""
         metrics[CONTROL_LIMITED] = float(limited)
+        if self.last_held:  # the step held the last value: the controller took no error and set no value to correct
+            return
         if limited and isinstance(self.controller, PIController) and self.controller.actuator_limited(self.actuator):
             metrics[CONTROL_INTEGRAL] = self.controller.state.integral
         if applied is not None and isinstance(self.controller, SelfTuningController):
             self.controller.applied(self.actuator, float(applied))
 
+    def settings(self) -> dict[str, Any]:
+        """The settings the saved state depends on: a resume with other values is an error naming the key."""
+        out: dict[str, Any] = {"controller": self.controller.name, "actuator": self.actuator.name}
+        if isinstance(self.controller, SelfTuningController):
+            out.update(auto_memory=self.controller.memory, auto_lag=self.controller.lag, noise_ratios=list(NOISE_RATIOS))
+        return out
+
     def state_dict(self) -> dict[str, Any]:
-        return {**state_dict(self.controller), "actuator": self.actuator.name}
+        """The checkpoint's state (JSON-safe): :data:`STATE_SCHEMA`, the :meth:`settings` it depends on, the
+        controller's state and the bad-measurement counters."""
+        return {"schema": STATE_SCHEMA, **self.settings(), "state": state_dict(self.controller),
+                "guard": {"held": self.held, "bad_steps": self.bad_steps, "bad_in_a_row": self.bad_in_a_row,
+                          "last_held": self.last_held}}  # fmt: skip
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a saved state; a state saved by another controller or actuator is an error naming both."""
-        state = dict(state)
-        if "ratio" in state:  # saved by verl_ext before the controller / actuator split: pi on cov_ratio
-            state = {"controller": "pi", "actuator": "cov_ratio", "value": state.pop("ratio"), **state}
-        saved = (state.pop("controller", None), state.pop("actuator", None))
-        mine = (self.controller.name, self.actuator.name)
-        if saved != mine:
+        """Restore a saved state. Another schema, another controller or actuator, other ``auto`` settings (memory,
+        lag, noise grid) or a state whose lists do not fit them is an error naming the key."""
+        saved_schema = state.get("schema")
+        if saved_schema != STATE_SCHEMA:
+            raise EntropyControlConfig.error("schema", f"the checkpoint's autopilot state has schema {saved_schema!r}; "
+                                             f"this verl_ext reads schema {STATE_SCHEMA}: start the controller afresh "
+                                             "(remove the state file and set fresh_on_resume=true) or resume with the "
+                                             "verl_ext that wrote it")  # fmt: skip
+        saved = (state.get("controller"), state.get("actuator"))
+        mine_pair = (self.controller.name, self.actuator.name)
+        if saved != mine_pair:
             raise EntropyControlConfig.error("controller", f"the checkpoint's autopilot state is controller={saved[0]}, "
-                                             f"actuator={saved[1]}; this run is controller={mine[0]}, actuator={mine[1]}: "
-                                             "resume with the same pair, or start a fresh run")  # fmt: skip
-        self.controller.state = type(self.controller.state)(**state)
+                                             f"actuator={saved[1]}; this run is controller={mine_pair[0]}, actuator="
+                                             f"{mine_pair[1]}: resume with the same pair, or start a fresh run")  # fmt: skip
+        for key, mine in self.settings().items():
+            if state.get(key) != mine:
+                raise EntropyControlConfig.error(key, f"the checkpoint's autopilot state was saved with {key}="
+                                                 f"{state.get(key)!r}; this run has {key}={mine!r}: resume with the "
+                                                 "same setting, or start a fresh run")  # fmt: skip
+        inner = dict(state["state"])
+        inner.pop("controller", None)
+        self.controller.state = type(self.controller.state)(**inner)
+        if isinstance(self.controller, SelfTuningController):
+            self.controller.check_state()
+        guard = state["guard"]
+        self.held, self.bad_steps = guard["held"], int(guard["bad_steps"])
+        self.bad_in_a_row, self.last_held = int(guard["bad_in_a_row"]), bool(guard["last_held"])
         self.last_step = int(self.controller.state.step) or None
 
 
@@ -388,6 +477,7 @@ __all__ = [
     "EntropyController",
     "INTEGRAL_CADENCES",
     "SCHEDULES",
+    "STATE_SCHEMA",
     "WEIGHT_NORMS",
     "target_at",
 ]

@@ -118,7 +118,7 @@ class PIController:
         if not ((unclamped > hi and push > 0) or (unclamped < lo and push < 0)):  # anti-windup
             self.state.integral += error
             self._integrated = error
-        value = math.exp(log_value)
+        value = _clamp(math.exp(log_value), bottom, actuator.hi)  # exp(log hi) may round a hair above hi
         self.state.value = value
         return ControlStep(value, error, self.state.integral, log_value != unclamped)
 

@@ -13,13 +13,17 @@ Each step it
 1. **learns the plant and its noise together** (recursive prediction-error estimation): a bank of scalar Kalman
    filters, one per noise ratio ``lambda = Var v / (Var v + Var w)`` on :data:`NOISE_RATIOS`. Each one's innovations
    are affine in ``(b, g)``, so each keeps the normal equations of its innovations, forgetting over ``memory`` steps
-   (recursive least squares with forgetting), and solves them with the priors: ``g`` from the actuator's range
-   (:data:`RATE_PRIOR` over the range's reach, its own size as standard deviation), ``b = 0`` (standard deviation
-   :data:`RATE_PRIOR`), and a floor (:data:`GAIN_FLOOR` of the prior) that keeps the gain on the actuator's known side
-   of 0. The members are averaged by their likelihood (the scale concentrated out): that gives the measurement noise
+   (recursive least squares with forgetting), and solves them with the priors: ``g`` from the actuator's unit
+   (:data:`RATE_PRIOR` over its reference reach :data:`REFERENCE_REACH` - not the user's range, so that a narrow range
+   does not inflate it - with its own size as standard deviation), ``b = 0`` (standard deviation :data:`RATE_PRIOR`),
+   and a floor (:data:`GAIN_FLOOR` of the prior) that keeps the gain on the actuator's known side of 0. The members are averaged by their likelihood (the scale concentrated out): that gives the measurement noise
    ``R``, the process noise ``Q``, the drift, the gain and the filtered ``x``. The per-group spread of the step's
    entropy would measure ``R`` directly, but the controller is handed only the batch's mean entropy
-   (:meth:`~verl_ext.driver.mixin.VerlExtDriver.observe_entropy`), so it uses the innovations of its own filters;
+   (:meth:`~verl_ext.driver.mixin.VerlExtDriver.observe_entropy`), so it uses the innovations of its own filters.
+   A measurement farther than :data:`OUTLIER_SIGMAS` standard deviations from the filters' own prediction of it is
+   not learned from (the filters only predict over the step) and the actuator holds its value, from the
+   :data:`OUTLIER_WARMUP`-th measurement on (before, the noise estimate is too young to judge by); up to
+   :data:`OUTLIER_RUN` in a row are skipped, the next is taken as a real change of level;
 2. **acts**: it predicts ``x`` over the lag with the actions already taken (``x_{t+L|t}``), and sets ``a`` so that
    the step after cancels the drift and closes a share ``kappa`` of the predicted gap to the target (the drift
    estimate is its integral action: there is no integrator to wind up)::
@@ -31,7 +35,8 @@ Each step it
    one-sigma error of the prediction moves the actuator at most to that bound, so noise alone does not drive it from
    bound to bound. The
    change per step is also limited to what moves the entropy's course by :data:`STEP_SIGMAS` standard deviations of
-   the one-step prediction; then the value is clamped to the range.
+   the one-step prediction - on the first step too, from the actuator's init - then the value is clamped to the
+   range.
 
 Every constant comes from the noise it measures, the actuator's range, or the fit of the committed logs (the
 derivations: ``docs/autopilot.md``); ``memory`` and ``lag`` are keys (``auto_memory``, ``auto_lag``). Pure Python.
@@ -51,12 +56,26 @@ NOISE_RATIOS = (0.0, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.65, 0.8, 0.9, 0.95, 0.98
 """The bank's ``lambda = R / (R + Q)``: from a noiseless measurement of a wandering entropy (the toy's fit: 0) to a
 noise fifty times the process variance (the real model's fit at 4 x 4: ~0.9)."""
 RATE_PRIOR = 0.1
-"""The gain's prior: the actuator's reach (its farthest bound from rest) moves log H by this much per step - the
+"""The gain's prior: the actuator's reference reach (:data:`REFERENCE_REACH`) moves log H by this much per step - the
 committed logs' fits give 0.05-0.18 (``verl_ext.analysis.plant``). Also the drift's prior standard deviation per
 step."""
+REFERENCE_REACH = {"entropy_coef": 0.1, "pos_weight": 1.0, "cov_ratio": math.log(0.2 / 1e-4)}
+"""Per actuator, the coordinate's reach that :data:`RATE_PRIOR` refers to - a property of the actuator's unit, not of
+the range a user sets: the coefficient's default ``coef_max`` (its prior is then 1 log H per unit of coefficient per
+step, between the fitted toy's ~0.5 and the real model's ~1.8), EntroPIC's whole [-1, 1] reach, and the default
+ratio range's span in log (``ln(0.2 / 1e-4)``)."""
 GAIN_FLOOR = 0.1
 """The gain never goes below this share of its prior, on the actuator's side of 0 (an actuator ten times weaker than
 its range promises is handled as that weak; the drift cancellation ``-b / g`` stays finite)."""
+OUTLIER_SIGMAS = 4.0
+"""A measurement whose innovation exceeds this many standard deviations of its prediction is not learned from."""
+OUTLIER_WARMUP = 10
+"""The gate applies from this many measurements on: before, the noise estimate rests on too few of them (on the
+fitted real plant the prediction errors spread ~2x the predicted standard deviation over the first 10 steps, 1.2x
+after)."""
+OUTLIER_RUN = 2
+"""At most this many measurements in a row are skipped as outliers; the next one is learned from (a change of level,
+not a bad reading)."""
 KAPPA = 0.5
 """The largest share of the predicted gap closed per step: stable (closing factor ``kappa g_true / g`` below 2) with
 a gain under-estimated up to 4x."""
@@ -75,7 +94,11 @@ PROCESS_NOISE = CONTROL_METRIC_PREFIX + "process_noise"
 GAIN = CONTROL_METRIC_PREFIX + "gain"
 DRIFT = CONTROL_METRIC_PREFIX + "drift"
 FILTERED = CONTROL_METRIC_PREFIX + "filtered_entropy"
-ESTIMATE_KEYS = (NOISE, PROCESS_NOISE, GAIN, DRIFT, FILTERED)
+OUTLIER = CONTROL_METRIC_PREFIX + "outlier"
+"""1 when the step's measurement was skipped as an outlier (:data:`OUTLIER_SIGMAS`), else 0."""
+ESTIMATE_KEYS = (NOISE, PROCESS_NOISE, GAIN, DRIFT, FILTERED, OUTLIER)
+STATE_ROW = 12
+"""The length of one filter's row in :attr:`SelfTuningState.bank`."""
 
 
 def coordinate(actuator: Actuator) -> tuple[str, float, float]:
@@ -118,6 +141,8 @@ class SelfTuningState:
     """``[x, b, g, Var b, Var g, R, Q, Var x]`` after the last step."""
     seen: int = 0
     """The measurements taken (the noise prior fades with them)."""
+    skipped: int = 0
+    """The measurements skipped as outliers in a row up to the last step."""
 
 
 class SelfTuningController:
@@ -128,16 +153,15 @@ class SelfTuningController:
     def __init__(self, memory: int = 20, lag: int = 1, prior_gain: float | None = None):
         """``memory``: steps over which the drift, gain and noise estimates forget; ``lag``: the steps between an
         update and the first measurement it moves beyond the next; ``prior_gain``: the gain's prior per unit of the
-        coordinate (``None``: :data:`RATE_PRIOR` over the actuator's reach - its farther bound's distance from rest - signed
-        by its direction)."""
+        coordinate (``None``: :data:`RATE_PRIOR` over the actuator's :data:`REFERENCE_REACH`, signed by its
+        direction)."""
         self.memory, self.lag, self.prior_gain = int(memory), int(lag), prior_gain
         self.state = SelfTuningState()
 
     def _prior(self, actuator: Actuator) -> float:
         if self.prior_gain is not None:
             return float(self.prior_gain)
-        _, lo, hi = coordinate(actuator)
-        return actuator.direction * RATE_PRIOR / max(abs(lo), abs(hi))
+        return actuator.direction * RATE_PRIOR / REFERENCE_REACH[actuator.name]
 
     def _estimate(self, actuator: Actuator) -> list[float]:
         """``[x, b, g, Var b, Var g, R, Q, Var x]``: each member's solution of its normal equations with the priors
@@ -148,7 +172,7 @@ class SelfTuningController:
         g0 = self._prior(actuator)
         fade = PRIOR_STEPS * (1.0 - 1.0 / self.memory) ** st.seen
         scored = []
-        for c0, cb, cg, p, abb, abg, agg, vb, vg, ss, logs, n in st.bank:
+        for c0, cb, cg, p, abb, abg, agg, vb, vg, ss, logs, n in st.bank:  # one row per NOISE_RATIOS (check_state)
             scale = (ss + fade * PRIOR_NOISE**2) / (n + fade)
             for _ in range(2):  # the priors' precisions in units of the member's scale, which the fit revises
                 lb, lg = scale / RATE_PRIOR**2, scale / (g0 * g0)
@@ -164,24 +188,45 @@ class SelfTuningController:
         weights = [math.exp(row[0] - top) for row in scored]
         total = sum(weights)
         avg = [sum(w * row[i] for w, row in zip(weights, scored)) / total for i in range(1, 7)]
-        R = sum(w * lam * row[7] for w, lam, row in zip(weights, NOISE_RATIOS, scored)) / total
-        Q = sum(w * (1 - lam) * row[7] for w, lam, row in zip(weights, NOISE_RATIOS, scored)) / total
+        R = sum(w * lam * row[7] for w, lam, row in zip(weights, NOISE_RATIOS, scored, strict=True)) / total
+        Q = sum(w * (1 - lam) * row[7] for w, lam, row in zip(weights, NOISE_RATIOS, scored, strict=True)) / total
         x, b, g, var_b, var_g, var_x = avg
         floor = GAIN_FLOOR * abs(g0)
         if actuator.direction * g < floor:
             g = actuator.direction * floor
         return [x, b, g, var_b, var_g, R, Q, var_x]
 
-    def _observe(self, y: float) -> None:
+    def _acting(self) -> float:
+        """The coordinate that moves the entropy between the last measurement and this one (``a_{t-1-L}``)."""
+        st = self.state
+        return st.actions[-1 - self.lag] if len(st.actions) > self.lag else 0.0
+
+    def _outlier(self, y: float) -> bool:
+        """Whether ``y`` lies more than :data:`OUTLIER_SIGMAS` standard deviations from the filters' prediction of it
+        (``x + b + g a``, variance ``Var x + Q + R + Var b + a^2 Var g``), after :data:`OUTLIER_WARMUP` measurements
+        and with fewer than :data:`OUTLIER_RUN` skipped in a row."""
+        st = self.state
+        if not st.estimate or st.seen < OUTLIER_WARMUP or st.skipped >= OUTLIER_RUN:
+            return False
+        x, b, g, var_b, var_g, R, Q, var_x = st.estimate
+        a = self._acting()
+        sd = math.sqrt(var_x + Q + R + var_b + a * a * var_g)
+        return abs(y - (x + b + g * a)) > OUTLIER_SIGMAS * sd
+
+    def _observe(self, y: float | None) -> None:
         """One step of every member's filter: its innovation ``y - c0 - c_b b - c_g g`` (affine in the drift and the
-        gain) enters its normal equations, forgetting over ``memory`` steps."""
+        gain) enters its normal equations, forgetting over ``memory`` steps; ``y=None``: only the prediction over
+        the step (a skipped measurement)."""
         st = self.state
         forget = 1.0 - 1.0 / self.memory
-        a_lag = st.actions[-1 - self.lag] if len(st.actions) > self.lag else 0.0
-        for row, lam in zip(st.bank, NOISE_RATIOS):
+        a_lag = self._acting()
+        for row, lam in zip(st.bank, NOISE_RATIOS, strict=True):
             c0, cb, cg, p, abb, abg, agg, vb, vg, ss, logs, n = row
             cb, cg = cb + 1.0, cg + a_lag  # predict: x + b + g a_{t-1-L}
             p += 1.0 - lam
+            if y is None:
+                row[0:4] = [c0, cb, cg, p]
+                continue
             S = p + lam
             t = y - c0
             row[4:] = [forget * abb + cb * cb / S, forget * abg + cb * cg / S, forget * agg + cg * cg / S,
@@ -190,9 +235,28 @@ class SelfTuningController:
             k = p / S
             row[0:4] = [(1 - k) * c0 + k * y, (1 - k) * cb, (1 - k) * cg, (1 - k) * p]
 
-    def step(self, target: float, entropy: float, actuator: Actuator) -> ControlStep:
+    def check_state(self) -> None:
+        """A loaded state must fit this controller: one bank row of :data:`STATE_ROW` numbers per noise ratio, at most
+        ``lag + 1`` actions; anything else is a ``ValueError`` naming the field (nothing is truncated)."""
         st = self.state
-        y = math.log(max(entropy, 1e-12))
+        if st.bank and (len(st.bank) != len(NOISE_RATIOS) or any(len(row) != STATE_ROW for row in st.bank)):
+            raise ValueError(f"verl_ext entropy autopilot (auto): the saved state's bank has {len(st.bank)} rows of "
+                             f"lengths {sorted({len(r) for r in st.bank})}; this controller needs {len(NOISE_RATIOS)} "
+                             f"rows (one per NOISE_RATIOS) of {STATE_ROW}")  # fmt: skip
+        if len(st.actions) > self.lag + 1:
+            raise ValueError(f"verl_ext entropy autopilot (auto): the saved state's actions hold {len(st.actions)} "
+                             f"values; auto_lag={self.lag} keeps at most {self.lag + 1}")  # fmt: skip
+
+    def step(self, target: float, entropy: float, actuator: Actuator) -> ControlStep:
+        """The step's value given a measured ``entropy`` (finite and > 0: :class:`~verl_ext.control.autopilot.
+        EntropyController` holds the actuator on any other)."""
+        if not (math.isfinite(entropy) and entropy > 0):
+            raise ValueError(f"auto takes a finite entropy > 0; got {entropy!r}")
+        st = self.state
+        y = math.log(entropy)
+        if st.bank and self._outlier(y):
+            return self._skip(target, actuator)
+        st.skipped = 0
         st.seen += 1
         if not st.bank:
             st.bank = [[y, 0.0, 0.0, lam, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0] for lam in NOISE_RATIOS]
@@ -210,9 +274,9 @@ class SelfTuningController:
         room = hi - rest if error * g > 0 else rest - lo  # toward the bound the feedback pushes to
         kappa = min(KAPPA, abs(g) * room / math.sqrt(max(unsure, 1e-12)))
         wanted = (kappa * g * g / (g * g + var_g) * error - b) / g
-        if st.last is not None:
-            limit = STEP_SIGMAS * math.sqrt(S) / abs(g)
-            wanted = min(max(wanted, st.last - limit), st.last + limit)
+        previous = st.last if st.last is not None else min(max(to_coordinate(actuator, actuator.init), lo), hi)
+        limit = STEP_SIGMAS * math.sqrt(S) / abs(g)
+        wanted = min(max(wanted, previous - limit), previous + limit)
         a = min(max(wanted, lo), hi)
         saturated = wanted <= lo or wanted >= hi
         st.last = a
@@ -220,8 +284,22 @@ class SelfTuningController:
         st.integral = -b / g
         value = from_coordinate(actuator, a)
         st.value = value
-        estimates = {NOISE: math.sqrt(R), PROCESS_NOISE: math.sqrt(Q), GAIN: g, DRIFT: b, FILTERED: math.exp(x)}
-        return ControlStep(value, math.log(target) - x, st.integral, saturated, estimates=estimates)
+        return ControlStep(value, math.log(target) - x, st.integral, saturated, estimates=self._estimates(0.0))
+
+    def _estimates(self, outlier: float) -> dict[str, float]:
+        x, b, g, _, _, R, Q, _ = self.state.estimate
+        return {NOISE: math.sqrt(R), PROCESS_NOISE: math.sqrt(Q), GAIN: g, DRIFT: b, FILTERED: math.exp(x),
+                OUTLIER: outlier}  # fmt: skip
+
+    def _skip(self, target: float, actuator: Actuator) -> ControlStep:
+        """An outlier: the filters predict over the step without learning, the actuator holds its last value."""
+        st = self.state
+        self._observe(None)
+        st.skipped += 1
+        st.estimate = self._estimate(actuator)
+        st.actions = (st.actions + st.actions[-1:])[-(self.lag + 1):]
+        x = st.estimate[0]
+        return ControlStep(st.value, math.log(target) - x, st.integral, False, estimates=self._estimates(1.0))
 
     def applied(self, actuator: Actuator, value: float) -> None:
         """The value the actuator really applied this step (Clip-Cov's selected fraction, when its candidates
@@ -230,6 +308,6 @@ class SelfTuningController:
             self.state.actions[-1] = to_coordinate(actuator, value)
 
 
-__all__ = ["ESTIMATE_KEYS", "GAIN_FLOOR", "KAPPA", "NOISE_RATIOS", "PRIOR_NOISE", "PRIOR_STEPS", "RATE_PRIOR",
-           "STEP_SIGMAS", "SelfTuningController",
+__all__ = ["ESTIMATE_KEYS", "GAIN_FLOOR", "KAPPA", "NOISE_RATIOS", "OUTLIER_RUN", "OUTLIER_SIGMAS", "OUTLIER_WARMUP", "PRIOR_NOISE",
+           "PRIOR_STEPS", "RATE_PRIOR", "REFERENCE_REACH", "STATE_ROW", "STEP_SIGMAS", "SelfTuningController",
            "SelfTuningState", "coordinate", "from_coordinate", "to_coordinate"]  # fmt: skip

@@ -8,7 +8,9 @@ One :class:`VerlExtDriver` per trainer (both the V1 and the legacy trainer hold 
 3. after it, :meth:`write_lens` writes the selected tokens when the lens is due.
 
 :meth:`save` / :meth:`load` keep the autopilot's state in ``global_step_<N>/verl_ext_driver.json`` next to
-verl's own checkpoint, so that a resumed run continues with the same ratio and integral.
+verl's own checkpoint, so that a resumed run continues with the same ratio and integral. The file is written
+atomically (a temporary file in the same folder, then ``os.replace``): a crash mid-write leaves the old file or none,
+never a truncated one.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import functools
 import json
 import logging
 import os
+import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -47,6 +50,22 @@ def prune_driver_states(config: Any, current_step: int) -> list[Path]:
             path.unlink()
             removed.append(path)
     return removed
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder, flushed to disk and then renamed over
+    ``path`` (``os.replace``, atomic on one file system)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 class VerlExtDriver:
@@ -121,8 +140,7 @@ class VerlExtDriver:
         if self.controller is None:
             return None
         path = checkpoint_folder(self.config, global_steps) / STATE_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"entropy_control": self.controller.state_dict()}))
+        write_atomically(path, json.dumps({"entropy_control": self.controller.state_dict()}))
         prune_driver_states(self.config, global_steps)
         return path
 
@@ -178,4 +196,5 @@ __all__ = [
     "checkpoint_folder",
     "prune_driver_states",
     "resume_folder",
+    "write_atomically",
 ]

@@ -39,6 +39,7 @@ LOSSES = {
 ERC_LOSSES = frozenset({"grpo_erc", "gppo_erc"})
 TOKEN_MEAN_METRICS = frozenset({
     "actor/erc/kept_frac", "actor/erc/below_frac", "actor/erc/above_frac", "actor/erc/entropy_ratio_mean",
+    "actor/erc/floor_frac",
     "actor/clip_cov/selected_frac", "actor/clip_cov/candidate_frac", "actor/kl_cov/selected_frac",
     "actor/high_entropy/selected_frac", "actor/entropy_adv/shaping_mean", "actor/entropy_adv/capped_frac",
     "actor/entropic/high_prob_frac",
