@@ -1,6 +1,6 @@
-"""CPU mode's precision (verl_ext.cpu.precision): bf16 where the CPU has bf16 instructions, fp32 elsewhere, forced
-either way by VERL_EXT_CPU_PRECISION; the composed config follows it, a bf16 key on a CPU without bf16 is a config
-error naming the key, and the start-up line says what was chosen and why."""
+"""CPU mode's precision (verl_ext.cpu.precision): fp32 by default, bf16 where the command asks for it and the CPU has
+bf16 instructions; the composed config follows ``verl_ext.cpu_precision`` whatever the CPU, a bf16 key on a CPU
+without bf16 is a config error naming the key, and the start-up line says what was chosen and why."""
 
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ def cpu(monkeypatch):
     def set_flags(flags: set[str]) -> None:
         monkeypatch.setattr(precision, "cpu_flags", lambda cpuinfo="/proc/cpuinfo": set(flags))
 
-    monkeypatch.delenv(precision.VAR, raising=False)
     return set_flags
 
 
@@ -30,7 +29,7 @@ def compose_cpu(monkeypatch, *overrides: str):
 
     monkeypatch.setenv("VERL_PLATFORM", "cpu")
     with initialize_config_module(config_module="verl_ext.configs", version_base=None):
-        cfg = compose("verl_ext_trainer", overrides=list(overrides))
+        cfg = compose("verl_ext_trainer", overrides=["platform=cpu", *overrides])
     OmegaConf.resolve(cfg)
     return cfg
 
@@ -48,40 +47,32 @@ def test_cpu_flags_are_read_from_x86_and_arm_cpuinfo(tmp_path):
 
 @pytest.mark.parametrize(
     ("requested", "flags", "chosen"),
-    [("auto", BF16_CPU, "bf16"), ("auto", PLAIN_CPU, "fp32"), ("bf16", {"amx_bf16"}, "bf16"), ("fp32", BF16_CPU, "fp32"),
-     ("AUTO", BF16_CPU, "bf16")],  # fmt: skip
+    [(None, BF16_CPU, "fp32"), (None, PLAIN_CPU, "fp32"), ("bf16", {"amx_bf16"}, "bf16"), ("fp32", BF16_CPU, "fp32"),
+     ("BF16", BF16_CPU, "bf16")],  # fmt: skip
 )
-def test_choice_follows_the_variable_and_the_cpu(requested, flags, chosen):
+def test_the_choice_is_the_request_not_the_cpu(requested, flags, chosen):
     choice = precision.choose(requested, flags)
-    assert choice.precision == chosen and choice.requested == requested.lower()
+    assert choice.precision == chosen and choice.requested == (requested or "fp32").lower()
 
 
-def test_forcing_bf16_on_a_cpu_without_it_names_the_variable_the_flags_and_the_way_out(monkeypatch):
-    monkeypatch.setenv(precision.VAR, "bf16")
+def test_bf16_on_a_cpu_without_it_names_the_key_the_flags_and_the_way_out():
     with pytest.raises(precision.PrecisionError) as info:
-        precision.choose(None, PLAIN_CPU)
-    message = str(info.value)
-    assert "VERL_EXT_CPU_PRECISION=bf16" in message and "avx512_bf16" in message and "allowed auto or fp32" in message
-
-
-def test_a_bad_value_names_the_allowed_ones(monkeypatch):
-    monkeypatch.setenv(precision.VAR, "half")
-    with pytest.raises(precision.PrecisionError, match=r"VERL_EXT_CPU_PRECISION='half' is invalid: allowed auto"):
-        precision.choose(None, BF16_CPU)
-
-
-def test_without_the_variable_messages_name_the_config_key(monkeypatch):
-    """The tiny models' groups request fp32 themselves: the start-up line must not claim the variable was set."""
-    monkeypatch.delenv(precision.VAR, raising=False)
-    assert precision.choose("fp32", BF16_CPU).reason == "verl_ext.cpu_precision=fp32"
-    with pytest.raises(precision.PrecisionError, match=r"^verl_ext.cpu_precision=bf16 is invalid on this CPU"):
         precision.choose("bf16", PLAIN_CPU)
+    message = str(info.value)
+    assert message.startswith("verl_ext.cpu_precision=bf16 is invalid on this CPU")
+    assert "avx512_bf16" in message and "allowed: fp32" in message
 
 
-def test_on_a_bf16_cpu_the_composed_config_runs_verls_gpu_precision(cpu, monkeypatch):
+@pytest.mark.parametrize("value", ["half", "auto"])
+def test_a_bad_value_names_the_allowed_ones(value):
+    with pytest.raises(precision.PrecisionError, match=rf"verl_ext.cpu_precision='{value}' is invalid: allowed bf16 or fp32"):
+        precision.choose(value, BF16_CPU)
+
+
+def test_asked_for_bf16_on_a_bf16_cpu_the_composed_config_runs_verls_gpu_precision(cpu, monkeypatch):
     """bf16 parameters and compute for the actor and the reference, fp32 master weights and reduction, bf16 vLLM."""
     cpu(BF16_CPU)
-    cfg = compose_cpu(monkeypatch)
+    cfg = compose_cpu(monkeypatch, "verl_ext.cpu_precision=bf16")
     arr = cfg.actor_rollout_ref
     for role in (arr.actor, arr.ref):
         fsdp = role.fsdp_config
@@ -91,29 +82,27 @@ def test_on_a_bf16_cpu_the_composed_config_runs_verls_gpu_precision(cpu, monkeyp
     assert "bf16 compute as on a GPU" in precision.startup_line(cfg) and "avx512_bf16" in precision.startup_line(cfg)
 
 
-@pytest.mark.parametrize(("flags", "forced"), [(PLAIN_CPU, None), (BF16_CPU, "fp32")])
-def test_without_bf16_or_forced_to_fp32_everything_is_fp32(cpu, monkeypatch, flags, forced):
+@pytest.mark.parametrize("flags", [PLAIN_CPU, BF16_CPU])
+def test_by_default_everything_is_fp32_on_every_cpu(cpu, monkeypatch, flags):
     cpu(flags)
-    if forced:
-        monkeypatch.setenv(precision.VAR, forced)
     cfg = compose_cpu(monkeypatch)
     arr = cfg.actor_rollout_ref
     for role in (arr.actor, arr.ref):
         assert role.fsdp_config.dtype == "float32" and role.fsdp_config.mixed_precision.param_dtype == "fp32"
     assert arr.rollout.dtype == "float32"
     line = precision.startup_line(cfg)
-    assert "fp32 everywhere" in line and (f"{precision.VAR}=fp32" if forced else "has none of") in line
+    assert "fp32 everywhere" in line and "verl_ext.cpu_precision=fp32" in line
 
 
-def test_forcing_bf16_without_it_stops_the_composition_naming_the_variable(cpu, monkeypatch):
-    from verl_ext.checks.recipe_env import recipe_env_error
+def test_asking_for_bf16_without_it_is_a_config_error_naming_the_key(cpu, monkeypatch):
+    from verl_ext.checks.validation import ConfigError, check_platform
 
     cpu(PLAIN_CPU)
-    monkeypatch.setenv(precision.VAR, "bf16")
-    with pytest.raises(Exception) as info:
-        compose_cpu(monkeypatch)
-    error = recipe_env_error(info.value)
-    assert error is not None and str(error).startswith("VERL_EXT_CPU_PRECISION=bf16 is invalid on this CPU")
+    cfg = compose_cpu(monkeypatch, "verl_ext.cpu_precision=bf16")  # composes as on any CPU: bf16 keys
+    assert cfg.actor_rollout_ref.rollout.dtype == "bfloat16"
+    with pytest.raises(ConfigError) as info:
+        check_platform(cfg)
+    assert info.value.key == "verl_ext.cpu_precision" and "is invalid on this CPU" in info.value.message
 
 
 @pytest.mark.parametrize(
@@ -134,7 +123,7 @@ def test_a_bf16_key_on_a_cpu_without_bf16_is_a_config_error_naming_it(cpu, monke
 
 def test_the_start_up_line_names_a_key_the_command_line_set_otherwise(cpu, monkeypatch):
     cpu(BF16_CPU)
-    cfg = compose_cpu(monkeypatch, "actor_rollout_ref.rollout.dtype=float32")
+    cfg = compose_cpu(monkeypatch, "verl_ext.cpu_precision=bf16", "actor_rollout_ref.rollout.dtype=float32")
     line = precision.startup_line(cfg)
     assert "set otherwise on the command line: actor_rollout_ref.rollout.dtype=float32" in line
     assert "actor.fsdp_config" not in line  # the keys left as chosen are not listed
@@ -144,7 +133,8 @@ def test_check_platform_describes_the_precision(cpu, monkeypatch):
     from verl_ext.checks.validation import check_platform
 
     cpu(BF16_CPU)
-    assert ", bf16," in check_platform(compose_cpu(monkeypatch, "algorithm.adv_estimator=grpo"))
+    assert ", bf16," in check_platform(compose_cpu(monkeypatch, "algorithm.adv_estimator=grpo", "verl_ext.cpu_precision=bf16"))
+    assert ", fp32," in check_platform(compose_cpu(monkeypatch, "algorithm.adv_estimator=grpo"))
     cpu(PLAIN_CPU)
     assert ", fp32," in check_platform(compose_cpu(monkeypatch, "algorithm.adv_estimator=grpo"))
 
