@@ -106,14 +106,14 @@ def run(config: DictConfig) -> int:
         return 2
     if warning:
         print(warning, file=sys.stderr)
-    mismatch = ensure_platform(config)
-    if mismatch:
-        print(f"error: {mismatch}", file=sys.stderr)
-        return 2
     try:
         ensure_registered()
     except ValueError as exc:  # VERL_EXT_KEEP_VERL_COV holds something other than 0 / 1
         print(f"verl_ext: invalid environment: {exc}", file=sys.stderr)
+        return 2
+    mismatch = ensure_platform(config)
+    if mismatch:
+        print(f"error: {mismatch}", file=sys.stderr)
         return 2
     try:
         config = recipe_startup.prepare(config)

@@ -40,12 +40,8 @@ def _config(value):
 def _compose(monkeypatch, platform):
     from hydra import compose, initialize_config_module
 
-    if platform is None:
-        monkeypatch.delenv("VERL_PLATFORM", raising=False)
-    else:
-        monkeypatch.setenv("VERL_PLATFORM", platform)
     with initialize_config_module(config_module="verl_ext.configs", version_base=None):
-        return compose("verl_ext_trainer")
+        return compose("verl_ext_trainer", overrides=[f"platform={platform}"] if platform else [])
 
 
 def test_the_replay_buffer_polls_at_the_configured_interval():
