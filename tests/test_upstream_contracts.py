@@ -280,6 +280,11 @@ PATCHES: list[Patch] = [
           "cpu.workarounds", "the token file is created with mode 600 where Ray would write it world-readable", CPU,
           params=(), source=('Path.home() / ".ray" / "auth_token"',),
           also=f"{CPU_MODE_TEST}::test_upstream_ray_writes_its_token_file_readable_by_everyone"),
+    Patch("ray_actor_table", "ray._private.state:actors", "reads", "driver.watchdog",
+          "the GCS's actor table, polled for an actor of the run that died (state, death cause, class, pid), with no "
+          "dashboard", ALL, params=("actor_id", "job_id", "actor_state_name"),
+          source=("def actor_table(",), source_in="ray._private.state:GlobalState",
+          also="tests/trainer/test_watchdog.py::test_rays_death_causes_have_the_fields_the_watchdog_reads"),
     Patch("tq_threads", "transfer_queue.client:", "reads", "cpu.workarounds",
           "`TQ_NUM_THREADS`, read at import, is sized to the machine's cores", CPU,
           source=('TQ_NUM_THREADS = int(os.environ.get("TQ_NUM_THREADS", 8))',)),

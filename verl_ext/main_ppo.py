@@ -16,6 +16,10 @@ verl's own ``run_ppo`` with verl_ext's TaskRunner:
 * ``trainer.use_v1=false``: :class:`verl_ext.trainer.legacy.VerlExtTaskRunner`, verl's legacy
   ``RayPPOTrainer`` as :class:`verl_ext.trainer.legacy.VerlExtRayPPOTrainer`.
 
+While verl trains, a watchdog (:mod:`verl_ext.driver.watchdog`) polls Ray's actor table: an actor of the run that dies
+unexpectedly (killed, out of memory, crashed) stops the run within seconds, with exit status 1 and a line naming
+the actor, the last completed step and the latest checkpoint, instead of a trainer waiting for ever.
+
 ``verl_ext.dry_run=true`` stops after validation: it prints a summary and exits 0, or exits 2 naming the
 bad key, without starting Ray.
 
@@ -45,6 +49,7 @@ from verl_ext.cpu import openmp as cpu_openmp
 from verl_ext.cpu import precision as cpu_precision
 from verl_ext.cpu import precision_probe
 from verl_ext.cpu.workarounds import keep_local_ray_on_loopback, private_ray_token_file
+from verl_ext.driver.watchdog import Watchdog
 from verl_ext.checks import recipe_startup, resolvers
 from verl_ext.checks.dry_run import dry_run, error_line, validate
 from verl_ext.registration import ensure_registered
@@ -148,7 +153,21 @@ def run(config: DictConfig) -> int:
     if cpu_mode.active() and not ray_cluster_address(config):
         keep_local_ray_on_loopback()  # the local Ray (and vLLM's servers) listen on 127.0.0.1 only
         private_ray_token_file()  # and its token (Ray turns token auth on) is readable by this user only
-    run_ppo(config, task_runner_class=task_runner_class(config))
+    watchdog = Watchdog(run_log=OmegaConf.select(config, "ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"),
+                        ckpt_dir=OmegaConf.select(config, "trainer.default_local_dir"))  # fmt: skip
+    watchdog.start()
+    try:
+        run_ppo(config, task_runner_class=task_runner_class(config))
+    except KeyboardInterrupt:
+        if watchdog.report is None:
+            raise
+        import ray
+
+        ray.shutdown()
+        print(f"verl_ext: stopped: {watchdog.report}", file=sys.stderr)
+        return 1
+    finally:
+        watchdog.stop()
     return 0
 
 

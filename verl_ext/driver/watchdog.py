@@ -1,0 +1,189 @@
+"""A Ray actor of the run that dies unexpectedly stops the run, naming it, instead of leaving the trainer waiting.
+
+verl's trainer waits on its workers with ``ray.get`` and, during the weight sync, on the rollout's own channel. When a
+worker is killed there (Ray's memory monitor, the kernel's OOM killer, a segfault), nothing raises: verl's V1 trainer
+was seen waiting in ``update_weights`` for ever after Ray's memory monitor killed a vLLM worker. The watchdog polls
+Ray's actor table (the GCS's own; no dashboard needed) every :data:`POLL_S` seconds from the entry point's process.
+The first actor of this job found dead by anything but an intended end (``ray.kill``, its own exit, its handle going
+out of scope) is reported - its class, name, pid, node and Ray's reason - with the last step the run's file log
+completed and the latest checkpoint; the entry point's main thread is then interrupted, and ``python -m
+verl_ext.main_ppo`` shuts Ray down and exits 1. If the main thread does not stop within :data:`EXIT_GRACE_S`, the
+process exits 1 by itself.
+
+A checkpoint is whole once verl has recorded it in ``latest_checkpointed_iteration.txt`` (it writes that file after
+the checkpoint's folder), so stopping mid-step leaves the latest recorded checkpoint intact and ``trainer.resume_mode=
+auto`` resumes from it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+POLL_S = 5.0
+"""Seconds between two reads of Ray's actor table."""
+EXIT_GRACE_S = 60.0
+"""Seconds the main thread has to stop after the interrupt before the process exits by itself."""
+INTENDED_REASONS = ("RAY_KILL", "OUT_OF_SCOPE", "REF_DELETED")
+"""``ActorDiedErrorContext.reason`` values of an actor someone meant to end (verl's own clean-up kills actors)."""
+CHECKPOINT_TRACKER = "latest_checkpointed_iteration.txt"
+"""verl's record of the latest complete checkpoint, in ``trainer.default_local_dir``."""
+
+
+@dataclass(frozen=True)
+class Death:
+    """An actor found dead, as the report names it."""
+
+    actor_id: str
+    class_name: str
+    name: str
+    pid: str
+    node: str
+    reason: str
+    detail: str
+
+    def describe(self) -> str:
+        named = f" '{self.name}'" if self.name else ""
+        return (f"Ray actor {self.class_name}{named} (id {self.actor_id[:12]}, pid {self.pid}, node {self.node}) "
+                f"died: {self.reason}: {self.detail}")  # fmt: skip
+
+
+def death_of(entry: dict[str, Any]) -> Death | None:
+    """The :class:`Death` an entry of Ray's actor table records, or ``None`` for an actor alive or ended on
+    purpose."""
+    if entry.get("State") != "DEAD":
+        return None
+    cause = entry.get("DeathCause")
+    kind = cause.WhichOneof("context") if cause is not None and hasattr(cause, "WhichOneof") else None
+    context = getattr(cause, kind) if kind else None
+    detail = " ".join(str(getattr(context, "error_message", "") or "").split())
+    reason = kind or "unknown cause"
+    if kind == "actor_died_error_context":
+        enum = context.DESCRIPTOR.fields_by_name["reason"].enum_type
+        reason = enum.values_by_number[context.reason].name if context.reason in enum.values_by_number else "UNKNOWN"
+        if reason in INTENDED_REASONS or "INTENDED" in detail:  # INTENDED_USER_EXIT / INTENDED_SYSTEM_EXIT
+            return None
+    elif kind == "oom_context":
+        reason = "OUT_OF_MEMORY (Ray's memory monitor)"
+    address = entry.get("Address") or {}
+    return Death(actor_id=str(entry.get("ActorID", "?")), class_name=str(entry.get("ActorClassName", "?")),
+                 name=str(entry.get("Name") or ""), pid=str(entry.get("Pid", "?")),
+                 node=str(address.get("IPAddress", "?") if isinstance(address, dict) else "?"), reason=reason,
+                 detail=detail[:400] or "no detail")  # fmt: skip
+
+
+def last_step(run_log: str | None) -> int | None:
+    """The last step verl's file log recorded (``None`` without a file log or a step in it)."""
+    try:
+        lines = Path(str(run_log)).read_text().splitlines() if run_log else []
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            step = json.loads(line).get("step")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(step, int):
+            return step
+    return None
+
+
+def latest_checkpoint(ckpt_dir: str | None) -> str | None:
+    """The latest checkpoint verl recorded as complete, ``global_step_<N>`` (``None`` before the first)."""
+    try:
+        step = Path(str(ckpt_dir), CHECKPOINT_TRACKER).read_text().strip() if ckpt_dir else ""
+    except OSError:
+        return None
+    return f"global_step_{step}" if step else None
+
+
+def ray_actor_table() -> dict[str, dict[str, Any]]:
+    """Ray's actor table from the GCS (``ray._private.state.actors``: no dashboard needed)."""
+    from ray._private import state
+
+    return state.actors()
+
+
+def current_job_id() -> str:
+    import ray
+
+    return ray.get_runtime_context().get_job_id()
+
+
+def interrupt_main() -> None:
+    """What a real Ctrl-C does: SIGINT to this process, which Python's handler turns into ``KeyboardInterrupt`` in
+    the main thread (``ray.get`` checks for signals while it waits)."""
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+class Watchdog(threading.Thread):
+    """Polls Ray's actor table for an unexpected death of one of this job's actors (:func:`death_of`); on the first,
+    records :attr:`report` and calls ``on_death``. Daemon thread; :meth:`stop` ends it."""
+
+    def __init__(self, run_log: str | None = None, ckpt_dir: str | None = None, poll_s: float = POLL_S,
+                 table: Callable[[], dict[str, dict[str, Any]]] = ray_actor_table,
+                 job_id: Callable[[], str] = current_job_id, ready: Callable[[], bool] | None = None,
+                 on_death: Callable[[], None] = interrupt_main, grace_s: float = EXIT_GRACE_S,
+                 exit_process: Callable[[int], None] = os._exit) -> None:  # fmt: skip
+        super().__init__(name="verl_ext-watchdog", daemon=True)
+        self.run_log, self.ckpt_dir, self.poll_s, self.grace_s = run_log, ckpt_dir, poll_s, grace_s
+        self._table, self._job_id, self._on_death, self._exit = table, job_id, on_death, exit_process
+        self._ready = ready or _ray_initialized
+        self._stopped = threading.Event()
+        self.report: str | None = None
+
+    def stop(self) -> None:
+        """End the watch (the run ended on its own)."""
+        self._stopped.set()
+
+    def check(self, job: str) -> Death | None:
+        """The first unexpected death among ``job``'s actors in the table now."""
+        for entry in self._table().values():
+            if str(entry.get("JobID")) == job:
+                death = death_of(entry)
+                if death is not None:
+                    return death
+        return None
+
+    def run(self) -> None:  # noqa: D102 (threading.Thread)
+        job = None
+        while not self._stopped.wait(self.poll_s):
+            try:
+                if job is None:
+                    if not self._ready():
+                        continue
+                    job = self._job_id()
+                death = self.check(job)
+            except Exception as exc:  # a failed read of the table is not a death: say so and keep watching
+                print(f"verl_ext watchdog: could not read Ray's actor table ({exc!r}); still watching", file=sys.stderr)
+                continue
+            if death is None:
+                continue
+            step, ckpt = last_step(self.run_log), latest_checkpoint(self.ckpt_dir)
+            self.report = (f"{death.describe()}. The run cannot progress and stops: last completed step "
+                           f"{step if step is not None else 'unknown (no file log)'}, latest checkpoint "
+                           f"{ckpt or 'none'}{f' in {self.ckpt_dir}' if ckpt else ''}")  # fmt: skip
+            print(f"error: {self.report}", file=sys.stderr, flush=True)
+            self._on_death()
+            if not self._stopped.wait(self.grace_s):
+                print(f"error: the run did not stop within {self.grace_s:.0f} s of the interrupt: exiting",
+                      file=sys.stderr, flush=True)  # fmt: skip
+                self._exit(1)
+            return
+
+
+def _ray_initialized() -> bool:
+    import ray
+
+    return ray.is_initialized()
+
+
+__all__ = ["CHECKPOINT_TRACKER", "Death", "EXIT_GRACE_S", "INTENDED_REASONS", "POLL_S", "Watchdog", "death_of",
+           "interrupt_main", "last_step", "latest_checkpoint", "ray_actor_table"]  # fmt: skip
