@@ -64,6 +64,7 @@ def test_an_unexpected_death_is_reported(cause, reason):
 @pytest.mark.parametrize("cause", [
     died("RAY_KILL", "The actor is dead because it was killed by `ray.kill`."),
     died("OUT_OF_SCOPE", "The actor is dead because all references to the actor were removed."),
+    died("OWNER_DIED", "The actor is dead because its owner has died."),
     died("WORKER_DIED", "The actor is dead because its worker process has died. Worker exit type: INTENDED_USER_EXIT"),
 ])  # fmt: skip
 def test_an_intended_end_and_a_live_actor_are_not_deaths(cause):

@@ -31,8 +31,9 @@ POLL_S = 5.0
 """Seconds between two reads of Ray's actor table."""
 EXIT_GRACE_S = 60.0
 """Seconds the main thread has to stop after the interrupt before the process exits by itself."""
-INTENDED_REASONS = ("RAY_KILL", "OUT_OF_SCOPE", "REF_DELETED")
-"""``ActorDiedErrorContext.reason`` values of an actor someone meant to end (verl's own clean-up kills actors)."""
+INTENDED_REASONS = ("RAY_KILL", "OUT_OF_SCOPE", "REF_DELETED", "OWNER_DIED")
+"""``ActorDiedErrorContext.reason`` values not reported: an actor someone meant to end (verl's own clean-up kills
+actors), and one that ended with its owner (the owner's own death is what is reported, or the run's normal end)."""
 CHECKPOINT_TRACKER = "latest_checkpointed_iteration.txt"
 """verl's record of the latest complete checkpoint, in ``trainer.default_local_dir``."""
 
