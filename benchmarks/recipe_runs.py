@@ -23,8 +23,9 @@ LOG_KEY = "ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"
 
 def recipe_env(**variables: str) -> dict[str, str]:
     """This process's environment for a recipe launch: without the user's ``VERL_*`` / ``RAY_*`` settings (but
-    ``VERL_EXT_CPU_IOMP``) and without any launch variable the shell holds (the run's come from ``variables``), plus
-    ``variables``. A variable the launcher does not read is an error naming it: its value is a Hydra override."""
+    ``VERL_EXT_CPU_IOMP``) and without the launch variables the shell holds (a benchmark's launch is what it says:
+    a shell's ``LOSS`` would be an error on a GPU recipe, its ``MODEL`` would change the model), plus ``variables``.
+    A variable the launcher does not read is an error naming it: its value is a Hydra override."""
     names = set(launch_env.names())
     unknown = sorted(set(variables) - names - set(PROCESS_VARIABLES))
     if unknown:

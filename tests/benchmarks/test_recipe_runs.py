@@ -31,8 +31,8 @@ def printed(monkeypatch, tmp_path):
         return done
 
     monkeypatch.setattr(recipe_runs.subprocess, "run", fake_run)
-    for name in ("LOSS", "MODEL", "SCALE", "NNODES"):  # the launch variables a shell holds do not reach the run
-        monkeypatch.setenv(name, "junk")
+    for name, value in (("LOSS", "grpo_erc"), ("MODEL", "smollm2"), ("CKPT", "x"), ("VERL_EXT_CPU_PRECISION", "bf16")):
+        monkeypatch.setenv(name, value)  # the shell's launch variables do not reach a benchmark's runs
     return launches
 
 
@@ -55,9 +55,8 @@ def test_the_trainer_benchmark_launches_its_steps_loss_and_ranks(tmp_path, print
             "verl_ext.recipe.assets=false", "trainer.total_training_steps=5", "trainer.test_freq=6",
             *bench_trainer.DYNAMIC_BSZ]  # fmt: skip
     assert [arg for arg in cmd if arg in want] == want  # the environment's overrides first, in the launcher's order
-    assert "junk" not in " ".join(cmd)
-    assert {name: env.get(name) for name in ("LOSS", "MODEL", "SCALE", "NNODES")} == {
-        "LOSS": "clip_cov", "MODEL": None, "SCALE": None, "NNODES": None}  # fmt: skip
+    assert env["LOSS"] == "clip_cov" and not {"MODEL", "CKPT", "VERL_EXT_CPU_PRECISION"} & set(env)
+    assert not any(arg.startswith(("verl_ext.cpu_precision=", "cpu_model=", "trainer.resume_from_path=")) for arg in cmd)
 
 
 def test_the_precision_benchmark_runs_each_case_at_its_steps(tmp_path, printed, monkeypatch):
