@@ -77,17 +77,17 @@ def test_the_wheel_ships_the_repositorys_recipes_and_configs(tmp_path):
 
 def test_each_run_is_the_recipe_with_its_loss_and_the_shared_settings(tmp_path, monkeypatch):
     """The launcher's variables name the loss, the run, the work folder and the model; sizes, steps, seed, learning
-    rate and ratio are overrides before the run's entropy control and the user's own (last: they win). A launch
-    variable the shell holds does not reach the run."""
-    monkeypatch.setenv("SCALE", "cpu")
-    monkeypatch.setenv("NNODES", "3")
+    rate and ratio are overrides before the run's entropy control and the user's own (last: they win). The other
+    launch variables the user set reach the run."""
+    monkeypatch.setenv("LOSS", "vanilla")
+    monkeypatch.setenv("GPUS_PER_NODE", "2")
     settings = DemoSettings(steps=7, seed=3, prompts=4, samples=2, response_length=5, lr=1e-3, cov_ratio=0.05,
                             entropy_target=2.5, overrides=("trainer.use_v1=false",))  # fmt: skip
     cmd, env = run_command("kl_cov", settings, tmp_path, build_assets=True)
     assert cmd[:2] == ["bash", str(recipe_script())] and cmd[-1] == "trainer.use_v1=false"
-    assert {k: env.get(k) for k in ("LOSS", "EXP_NAME", "WORK_DIR", "MODEL", "PYTHON", "SCALE", "NNODES")} == {
+    assert {k: env.get(k) for k in ("LOSS", "EXP_NAME", "WORK_DIR", "MODEL", "PYTHON", "GPUS_PER_NODE")} == {
         "LOSS": "kl_cov", "EXP_NAME": "kl_cov", "WORK_DIR": str(tmp_path), "MODEL": "toy", "PYTHON": sys.executable,
-        "SCALE": None, "NNODES": None}  # fmt: skip
+        "GPUS_PER_NODE": "2"}  # fmt: skip
     assert cmd[2:] == [
         "trainer.total_training_steps=7", "data.seed=3", "data.train_batch_size=4", "actor_rollout_ref.rollout.n=2",
         "data.max_response_length=5", "actor_rollout_ref.actor.optim.lr=0.001",
@@ -132,11 +132,13 @@ def test_model_smollm2_gives_the_recipe_the_real_model_and_its_sizes(tmp_path, m
     monkeypatch.setenv("VERL_EXT_MODEL_CACHE", str(tmp_path / "models"))
     monkeypatch.setenv("VERL_PLATFORM", "cuda")
     monkeypatch.setenv("VERL_EXT_CPU_IOMP", "0")
+    monkeypatch.setenv("VERL_EXT_CPU_PRECISION", "fp32")
     cmd, env = run_command("vanilla", settings, tmp_path, build_assets=True)
     assert env["MODEL"] == "smollm2"
     assert {"data.max_response_length=64", "actor_rollout_ref.actor.optim.lr=2e-05", "data.train_batch_size=4"} <= set(cmd)
     assert env["VERL_EXT_MODEL_CACHE"] == str(tmp_path / "models") and "VERL_PLATFORM" not in env  # the cache is kept
     assert env["VERL_EXT_CPU_IOMP"] == "0"  # so is CPU mode's OpenMP switch
+    assert env["VERL_EXT_CPU_PRECISION"] == "fp32"  # and its precision (the launcher makes it an override)
     assert run_command("vanilla", DemoSettings(), tmp_path, build_assets=True)[1]["MODEL"] == "toy"
     with pytest.raises(ValueError, match="--model 'qwen' is invalid: allowed one of"):
         DemoSettings.for_model("qwen")

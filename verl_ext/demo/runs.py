@@ -21,7 +21,6 @@ from importlib import resources
 from pathlib import Path
 from typing import IO, Any
 
-from verl_ext.checks import launch_env
 from verl_ext.checks.launch_env import quote
 
 LOSSES = ("vanilla", "clip_cov", "kl_cov", "grpo_erc", "gppo_erc", "high_entropy", "entropy_adv")
@@ -52,8 +51,9 @@ RUN_NAMES = (*LOSSES, *CONTROL_RUNS)
 TASKS = {"tiny": "tiny Qwen2, repeat-the-digit", "smollm2": "SmolLM2-135M-Instruct, GSM8K-format word problems"}
 """What each model's runs train on, for titles."""
 
-USER_SWITCHES = ("VERL_EXT_MODEL_CACHE", "VERL_EXT_CPU_IOMP")
-"""The user's VERL_* variables a demo run keeps (every other VERL_* / RAY_* one comes from the recipe)."""
+USER_SWITCHES = ("VERL_EXT_MODEL_CACHE", "VERL_EXT_CPU_IOMP", "VERL_EXT_CPU_PRECISION")
+"""The user's VERL_* variables a demo run keeps (every other VERL_* / RAY_* one comes from the recipe): the model
+cache, CPU mode's OpenMP switch and its precision (a launch variable)."""
 
 STEP_LINE = re.compile(r"\bstep:(\d+) - ")
 """A step's line of verl's console logger (behind Ray's ``(TaskRunner pid=...)`` prefix)."""
@@ -154,11 +154,9 @@ def run_command(run: str, settings: DemoSettings, out: Path, build_assets: bool)
         loss, keys = CONTROL_RUNS[run]
         overrides += ["verl_ext.entropy_control.enable=true", f"verl_ext.entropy_control.target={settings.entropy_target}",
                       *(f"verl_ext.entropy_control.{kv}" for kv in keys)]  # fmt: skip
-    # a run's own VERL_* / RAY_* settings and launch variables come from the demo; the user's model cache (--model
-    # smollm2) and CPU mode's OpenMP switch are kept
-    launch = set(launch_env.names())
-    env = {k: v for k, v in os.environ.items()
-           if (not k.startswith(("VERL_", "RAY_")) or k in USER_SWITCHES) and k not in launch}  # fmt: skip
+    # a run's own VERL_* / RAY_* settings come from the recipe; the user's switches are kept, and so are the other
+    # launch variables the user set (LOGGERS, GPUS_PER_NODE, ...)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RAY_")) or k in USER_SWITCHES}
     env.update(LOSS=loss, EXP_NAME=run, WORK_DIR=str(out), MODEL=CPU_MODELS[settings.model], PYTHON=sys.executable)
     env.update(settings.extra_env)
     return ["bash", str(recipe_script()), *overrides, *settings.overrides], env
