@@ -3,9 +3,11 @@
 Each launch is a real recipe run through verl's trainer (Ray, FSDP2 on gloo, vLLM's CPU engine), differing only in
 ``VERL_EXT_CPU_PRECISION`` (``fp32`` / ``bf16``, :mod:`verl_ext.cpu.precision`):
 
-* ``smollm2``: ``SCALE=cpu MODEL=smollm2 STEPS=--steps bash recipe/gsm8k_grpo_vanilla.sh`` (SmolLM2-135M-Instruct,
-  GRPO, 4 prompts x 4 responses, 2 training ranks) without validation or checkpoints, so that a launch is its steps;
-* ``tiny``: the Quick start, ``bash recipe/cpu_tiny.sh`` (the tiny Qwen2 on the toy task), with ``STEPS=--steps``.
+* ``smollm2``: ``SCALE=cpu MODEL=smollm2 bash recipe/gsm8k_grpo_vanilla.sh trainer.total_training_steps=<--steps>``
+  (SmolLM2-135M-Instruct, GRPO, 4 prompts x 4 responses, 2 training ranks) without validation or checkpoints, so that
+  a launch is its steps;
+* ``tiny``: the Quick start, ``bash recipe/cpu_tiny.sh trainer.total_training_steps=<--steps>`` (the random tiny
+  Qwen2 on the toy task, ``cpu_model=toy``).
 
 ``--variants`` compares others: ``bf16+iomp`` adds Intel's OpenMP runtime per process (``VERL_EXT_CPU_IOMP=1``: no
 spinning in the training workers, 200 ms in vLLM's engine processes). Rounds alternate the order (fp32 first, then
@@ -91,15 +93,15 @@ def run(case: str, rounds: int, steps: int, work: Path, scale_dir: Path,
     """Every launch of ``case``, rounds interleaved and the order alternating (SmolLM2's assets from ``scale_dir``)."""
     script, variables, overrides = CASES[case]
     if case == "smollm2":
-        variables = {**variables, "SCALE_DIR": str(scale_dir)}
+        variables = {**variables, "WORK_DIR": str(scale_dir)}
     launches = []
     for r in range(rounds):
         order = variants if r % 2 == 0 else variants[::-1]
         for precision in order:
             exp = f"{case}-{precision}-r{r}"
             start = time.perf_counter()
-            rows = run_recipe(work, exp, overrides, script=script, STEPS=str(steps), CKPTS_DIR=str(work / "ckpts" / exp),
-                              **VARIANTS[precision], **variables)  # fmt: skip
+            rows = run_recipe(work, exp, [f"trainer.total_training_steps={steps}", *overrides], script=script,
+                              CKPTS_DIR=str(work / "ckpts" / exp), **VARIANTS[precision], **variables)  # fmt: skip
             fig = launch_figures(rows, time.perf_counter() - start)
             launches.append({"case": case, "round": r, "precision": precision, **fig})
             print(f"{exp}: step {fig['step']:.2f} s, update {fig['update_actor']:.2f} s", flush=True)
@@ -154,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--scale-dir", type=Path, default=Path("recipe_cpu"),
-                        help="SCALE_DIR of the SmolLM2 launches: its assets are built there once and reused")
+                        help="WORK_DIR of the SmolLM2 launches: its assets are built there once and reused")
     parser.add_argument("--json", type=Path, help="write the launches, peaks and summary here")
     parser.add_argument("--summarise", type=Path, metavar="JSON", help="print the table of a results file and exit")
     args = parser.parse_args(argv)

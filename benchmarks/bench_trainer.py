@@ -106,9 +106,9 @@ def timer(row: dict[str, Any], key: str, source: Path | str) -> float:
 def run_variant(name: str, spec: dict[str, Any], work: Path, steps: int, round_index: int, gpus_per_node: int = 1,
                 dynamic: bool = False) -> dict[str, Any]:
     """One training run of ``spec``; returns its summary figures."""
-    variables = {"WORK_DIR": str(work), "ASSETS": "0", "LOSS": spec["loss"], "STEPS": str(steps),
-                 "RECIPE_ENTRY_MODULE": spec["entry"], "GPUS_PER_NODE": str(gpus_per_node)}  # fmt: skip
-    args = ["trainer.val_before_train=False", f"trainer.test_freq={steps + 1}"]
+    variables = {"WORK_DIR": str(work), "LOSS": spec["loss"], "GPUS_PER_NODE": str(gpus_per_node)}
+    args = ["verl_ext.recipe.assets=false", f"trainer.total_training_steps={steps}", "trainer.val_before_train=False",
+            f"trainer.test_freq={steps + 1}"]  # fmt: skip
     if dynamic and not spec.get("fixed"):
         args += list(DYNAMIC_BSZ)
     if spec["entry"].startswith("verl."):

@@ -7,7 +7,7 @@ the same model, data, seed and settings; verl's V1 trainer, ``--legacy`` for the
 | run | what |
 | --- | --- |
 | ``vanilla`` | GRPO, no entropy control |
-| ``clip_cov`` | Clip-Cov at a fixed ratio (``COV_RATIO``, 0.02) |
+| ``clip_cov`` | Clip-Cov at a fixed ratio (``policy_loss.clip_cov_ratio``, 0.02) |
 | ``autopilot`` | auto x cov_ratio: Clip-Cov whose ratio the default, self-tuning controller sets |
 | ``skywork`` | skywork x entropy_coef: Skywork-OR1's adaptive entropy coefficient (their values) |
 | ``pi_coef`` | pi x entropy_coef: the entropy coefficient set by the PI law in log space |

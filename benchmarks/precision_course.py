@@ -4,8 +4,9 @@ Reads verl's file logs kept in ``benchmarks/results/``: the fp32 runs ``results_
 (docs/real_model.md) and the bf16 run ``results_real_model_vanilla_40_bf16.jsonl``, made with the same command and seed
 as the first fp32 run on a CPU with bf16 instructions (CPU mode's default there)::
 
-    SCALE=cpu MODEL=smollm2 STEPS=40 EXP_NAME=gsm8k-grpo-vanilla-bf16 \\
-        VERL_FILE_LOGGER_PATH=benchmarks/results/results_real_model_vanilla_40_bf16.jsonl bash recipe/gsm8k_grpo_vanilla.sh
+    SCALE=cpu MODEL=smollm2 EXP_NAME=gsm8k-grpo-vanilla-bf16 bash recipe/gsm8k_grpo_vanilla.sh \\
+        trainer.total_training_steps=40 \\
+        ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH=benchmarks/results/results_real_model_vanilla_40_bf16.jsonl
 
 Per block: the bf16 run's mean of ``actor/entropy`` and ``critic/score/mean``, beside the fp32 seeds' lowest and
 highest block means; and greedy validation before training and after step 40.

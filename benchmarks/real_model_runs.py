@@ -1,7 +1,7 @@
 """The real model's 40-step runs side by side: one row per run and one per configuration (its runs' mean and range).
 
-Every run is a ``SCALE=cpu MODEL=smollm2 STEPS=40`` GSM8K recipe launch on SmolLM2-135M-Instruct (commands and
-5-step tables in docs/real_model.md); its verl file log is kept as ``benchmarks/results/results_real_model_*.jsonl`` and its
+Every run is a ``SCALE=cpu MODEL=smollm2 bash recipe/gsm8k_grpo_<loss>.sh trainer.total_training_steps=40`` GSM8K
+recipe launch on SmolLM2-135M-Instruct (commands and 5-step tables in docs/real_model.md); its verl file log is kept as ``benchmarks/results/results_real_model_*.jsonl`` and its
 step-40 checkpoint was evaluated with ERC's protocol (``recipe/eval.sh``, n 32; the curves in
 ``benchmarks/results/results_real_model_eval.csv``, written by ``python -m verl_ext.analyze --generations ... --passk-csv``).
 Per run, from those two files only:
@@ -56,7 +56,7 @@ wrote its correction under verl's key (the last third seeds); ``cut_share`` give
 log has no :data:`CUT_CORRECTED`."""
 LONGEST = "response_length/max"
 RESPONSE_LIMIT = 64
-"""``data.max_response_length`` of every run here (``SCALE=cpu MODEL=smollm2``'s ``MAX_RESPONSE_LENGTH``)."""
+"""``data.max_response_length`` of every run here (``cpu_model=smollm2``'s, ``configs/cpu_model/smollm2.yaml``)."""
 SEED1 = "data.seed=1 actor_rollout_ref.rollout.seed=43 actor_rollout_ref.actor.data_loader_seed=43"
 """The overrides of every "seed 1" run (seed 0: the recipes' defaults)."""
 SEED2 = "data.seed=2 actor_rollout_ref.rollout.seed=44 actor_rollout_ref.actor.data_loader_seed=44"

@@ -56,14 +56,18 @@ VARIANTS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
 
 
 def timed_run(recipe: str, scale_dir: Path, env_extra: dict[str, str], args: tuple[str, ...], log: Path) -> dict[str, float]:
-    """One ``SCALE=cpu`` run; the seconds at which each phase's marker first appeared. Raises if the run fails."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RAY_")) or k == "VERL_EXT_CPU_IOMP"}
-    env.update(SCALE="cpu", SCALE_DIR=str(scale_dir), PYTHON=sys.executable, STEPS="1", EXP_NAME=f"startup-{log.stem}",
-               **env_extra)  # fmt: skip
+    """One ``SCALE=cpu`` run of one step (``WORK_DIR=scale_dir``); the seconds at which each phase's marker first
+    appeared. Raises if the run fails."""
+    from verl_ext.checks import launch_env
+
+    launch = set(launch_env.names())  # the run's launch variables are its own, not the shell's
+    env = {k: v for k, v in os.environ.items()
+           if (not k.startswith(("VERL_", "RAY_")) or k == "VERL_EXT_CPU_IOMP") and k not in launch}  # fmt: skip
+    env.update(SCALE="cpu", WORK_DIR=str(scale_dir), PYTHON=sys.executable, EXP_NAME=f"startup-{log.stem}", **env_extra)
     start = time.monotonic()
     seen: dict[str, float] = {}
-    proc = subprocess.Popen(["bash", str(REPO / "recipe" / f"{recipe}.sh"), "trainer.test_freq=-1", *args], env=env,
-                            cwd=scale_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    cmd = ["bash", str(REPO / "recipe" / f"{recipe}.sh"), "trainer.total_training_steps=1", "trainer.test_freq=-1", *args]
+    proc = subprocess.Popen(cmd, env=env, cwd=scale_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     with log.open("w") as out:
         for line in proc.stdout:
             now = time.monotonic() - start

@@ -7,12 +7,12 @@
 # environment: RAY_ADDRESS (dashboard URL, default http://127.0.0.1:8265), RAY (ray executable),
 #   RAY_AUTH_TOKEN_PATH (the cluster's token file, ~/.ray/auth_token; ray_head.sh made it): sent with the
 #   submission, never put into the job's environment (the job runs inside the cluster, which has it),
-#   and the recipe variables, forwarded to the job when set: MODEL_PATH DATA_DIR TRAIN_FILE VAL_FILE
-#   CKPTS_DIR NNODES GPUS_PER_NODE PROJECT_NAME EXP_NAME GEN_TP SP_SIZE OFFLOAD LOGGERS WANDB_MODE DRY_RUN
-#   HF_HOME HF_HUB_OFFLINE HF_DATASETS_OFFLINE MAX_PROMPT_LENGTH MAX_RESPONSE_LENGTH OVERLONG_BUFFER
-#   MAX_NUM_GEN_BATCHES ENTROPY_TARGET, eval.sh's FAMILY PROTOCOL CKPT EVAL_DIR, SCALE=cpu's SCALE MODEL SCALE_DIR
-#   VAL_N, cpu_tiny.sh's LOSS COV_RATIO WORK_DIR STEPS RESPONSE_LENGTH PROMPTS N LR SEED ASSETS VERL_PLATFORM, and
-#   CPU mode's VERL_EXT_CPU_PRECISION (the recipe's YAML reads them inside the job).
+#   and the launch variables, forwarded to the job when set (recipe/launch.sh turns them into Hydra overrides there):
+#   every name of `python -m verl_ext.checks.launch_env names` (MODEL_PATH, DATA_DIR, ..., SCALE, MODEL, LOSS,
+#   DRY_RUN) but the launcher's PRINT_CMD (the job would print its command and train nothing) and PYTHON (this
+#   machine's interpreter; the job runs the nodes' python3), plus WANDB_MODE HF_HOME HF_HUB_OFFLINE
+#   HF_DATASETS_OFFLINE. They are checked here before submitting (a bad one exits 2 naming it). Steps, sizes, seeds
+#   and ratios are Hydra overrides: give them after RECIPE.
 # The job's runtime environment holds only `working_dir` (a copy of recipe/: the scripts and their YAML
 # compositions, and a generated job.sh) and
 # `env_vars`: it installs nothing; verl, vLLM and verl_ext must already be installed on every node.
@@ -22,14 +22,10 @@ set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 # shellcheck source=scripts/cluster/token.sh
 source "$REPO_ROOT/scripts/cluster/token.sh"
-FORWARDED_VARS=(MODEL_PATH DATA_DIR TRAIN_FILE VAL_FILE CKPTS_DIR NNODES GPUS_PER_NODE PROJECT_NAME EXP_NAME
-                GEN_TP SP_SIZE OFFLOAD LOGGERS WANDB_MODE DRY_RUN HF_HOME HF_HUB_OFFLINE HF_DATASETS_OFFLINE
-                MAX_PROMPT_LENGTH MAX_RESPONSE_LENGTH OVERLONG_BUFFER MAX_NUM_GEN_BATCHES ENTROPY_TARGET
-                FAMILY PROTOCOL CKPT EVAL_DIR SCALE MODEL SCALE_DIR VAL_N
-                LOSS COV_RATIO WORK_DIR STEPS RESPONSE_LENGTH PROMPTS N LR SEED ASSETS VERL_PLATFORM
-                VERL_EXT_CPU_PRECISION)
+LAUNCHER_ONLY=(PRINT_CMD PYTHON)  # launch variables that make no sense inside the job
+OTHER_FORWARDED=(WANDB_MODE HF_HOME HF_HUB_OFFLINE HF_DATASETS_OFFLINE)  # read by the run's processes, not the recipe
 
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "error: $*" >&2; exit 2; }
 available_recipes() {
     local f names=()
@@ -64,6 +60,15 @@ shift
 [[ "$address" =~ ^https?://[^/]+$ ]] \
     || die "Ray address '$address' (--address / RAY_ADDRESS) is invalid: expected the dashboard URL, e.g. http://10.0.0.1:8265"
 PYTHON="${PYTHON:-python3}"
+launch_names="$("$PYTHON" -m verl_ext.checks.launch_env names)" \
+    || die "'$PYTHON -m verl_ext.checks.launch_env names' failed: install verl_ext here (or set PYTHON to an interpreter that has it)"
+FORWARDED_VARS=()
+for name in $launch_names; do
+    [[ " ${LAUNCHER_ONLY[*]} " == *" $name "* ]] || FORWARDED_VARS+=("$name")
+done
+FORWARDED_VARS+=("${OTHER_FORWARDED[@]}")
+# the job's launcher would reject a bad variable on the cluster: reject it here, before anything is submitted
+"$PYTHON" -m verl_ext.checks.launch_env overrides "$recipe" >/dev/null || exit 2
 
 stage="$(mktemp -d "${TMPDIR:-/tmp}/verl_ext_job.XXXXXX")"
 trap 'rm -rf "$stage"' EXIT

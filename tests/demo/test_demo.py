@@ -3,6 +3,7 @@ run through verl's trainer is in tests/e2e/test_e2e_cpu.py (the autopilot run wi
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 import sys
@@ -74,20 +75,30 @@ def test_the_wheel_ships_the_repositorys_recipes_and_configs(tmp_path):
     assert recipe_script().name == "cpu_tiny.sh"  # what the demo runs is found in the installed package
 
 
-def test_each_run_is_the_recipe_with_its_loss_and_the_shared_settings(tmp_path):
+def test_each_run_is_the_recipe_with_its_loss_and_the_shared_settings(tmp_path, monkeypatch):
+    """The launcher's variables name the loss, the run, the work folder and the model; sizes, steps, seed, learning
+    rate and ratio are overrides before the run's entropy control and the user's own (last: they win). The other
+    launch variables the user set reach the run."""
+    monkeypatch.setenv("LOSS", "vanilla")
+    monkeypatch.setenv("GPUS_PER_NODE", "2")
     settings = DemoSettings(steps=7, seed=3, prompts=4, samples=2, response_length=5, lr=1e-3, cov_ratio=0.05,
                             entropy_target=2.5, overrides=("trainer.use_v1=false",))  # fmt: skip
     cmd, env = run_command("kl_cov", settings, tmp_path, build_assets=True)
     assert cmd[:2] == ["bash", str(recipe_script())] and cmd[-1] == "trainer.use_v1=false"
-    assert {k: env[k] for k in ("LOSS", "EXP_NAME", "ASSETS", "STEPS", "SEED", "PROMPTS", "N", "RESPONSE_LENGTH",
-                                "LR", "COV_RATIO", "PYTHON", "VERL_FILE_LOGGER_PATH", "WORK_DIR")} == {
-        "LOSS": "kl_cov", "EXP_NAME": "kl_cov", "ASSETS": "1", "STEPS": "7", "SEED": "3", "PROMPTS": "4", "N": "2",
-        "RESPONSE_LENGTH": "5", "LR": "0.001", "COV_RATIO": "0.05", "PYTHON": sys.executable,
-        "VERL_FILE_LOGGER_PATH": str(tmp_path / "runs" / "kl_cov.jsonl"), "WORK_DIR": str(tmp_path)}  # fmt: skip
-    assert not any("entropy_control" in arg for arg in cmd)
+    assert {k: env.get(k) for k in ("LOSS", "EXP_NAME", "WORK_DIR", "MODEL", "PYTHON", "GPUS_PER_NODE")} == {
+        "LOSS": "kl_cov", "EXP_NAME": "kl_cov", "WORK_DIR": str(tmp_path), "MODEL": "toy", "PYTHON": sys.executable,
+        "GPUS_PER_NODE": "2"}  # fmt: skip
+    assert cmd[2:] == [
+        "trainer.total_training_steps=7", "data.seed=3", "data.train_batch_size=4", "actor_rollout_ref.rollout.n=2",
+        "data.max_response_length=5", "actor_rollout_ref.actor.optim.lr=0.001",
+        "actor_rollout_ref.actor.policy_loss.clip_cov_ratio=0.05", "actor_rollout_ref.actor.policy_loss.kl_cov_ratio=0.05",
+        "verl_ext.recipe.assets=true",
+        f"ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH='{tmp_path / 'runs' / 'kl_cov.jsonl'}'",
+        "trainer.val_before_train=False", "trainer.use_v1=false"]  # fmt: skip
     cmd, env = run_command("autopilot", settings, tmp_path, build_assets=False)
-    assert env["LOSS"] == "clip_cov" and env["EXP_NAME"] == "autopilot" and env["ASSETS"] == "0"
+    assert env["LOSS"] == "clip_cov" and env["EXP_NAME"] == "autopilot" and "verl_ext.recipe.assets=false" in cmd
     assert {"verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.target=2.5"} <= set(cmd)
+    assert cmd.index("verl_ext.entropy_control.enable=true") < cmd.index("trainer.use_v1=false")
     with pytest.raises(ValueError, match="needs --entropy-target"):
         run_command("autopilot", DemoSettings(), tmp_path, build_assets=False)
     cmd, env = run_command("skywork", settings, tmp_path, build_assets=False)
@@ -97,19 +108,38 @@ def test_each_run_is_the_recipe_with_its_loss_and_the_shared_settings(tmp_path):
     assert env["LOSS"] == "vanilla" and "verl_ext.entropy_control.actuator=pos_weight" in cmd
 
 
+def test_a_run_composes_with_the_sizes_it_was_given(tmp_path):
+    """The recipe's printed command (``PRINT_CMD=1``) carries the loss's groups and every size, before the user's
+    overrides."""
+    settings = DemoSettings(steps=7, seed=3, prompts=4, samples=2, response_length=5, lr=1e-3, cov_ratio=0.05,
+                            entropy_target=2.5, overrides=("trainer.use_v1=false",))  # fmt: skip
+    cmd, env = run_command("autopilot", settings, tmp_path, build_assets=False)
+    done = subprocess.run(cmd, env={**env, "PRINT_CMD": "1"}, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    printed = shlex.split(done.stdout.strip().splitlines()[-1])
+    assert printed[1:3] == ["-m", "verl_ext.main_ppo"] and printed[printed.index("--config-name") + 1] == "cpu_tiny"
+    assert printed[-(len(cmd) - 2):] == cmd[2:]  # the demo's overrides, after the launcher's
+    assert {"policy_loss@actor_rollout_ref.actor.policy_loss=clip_cov", "cpu_model=toy",
+            f"verl_ext.recipe.work_dir='{tmp_path}'", "trainer.experiment_name='autopilot'"} <= set(printed)  # fmt: skip
+
+
 def test_model_smollm2_gives_the_recipe_the_real_model_and_its_sizes(tmp_path, monkeypatch):
-    """``--model smollm2``: MODEL reaches the recipe, with the real model's sizes unless given; a bad name is an error."""
+    """``--model smollm2``: MODEL reaches the recipe, with the real model's sizes unless given; ``--model tiny`` is
+    the recipe's toy model; a bad name is an error."""
     settings = DemoSettings.for_model("smollm2", steps=5, prompts=None, lr=2e-5)
     assert (settings.prompts, settings.samples, settings.response_length, settings.lr, settings.cov_ratio) == (
         MODELS["smollm2"]["prompts"], MODELS["smollm2"]["samples"], 64, 2e-5, MODELS["smollm2"]["cov_ratio"])
     monkeypatch.setenv("VERL_EXT_MODEL_CACHE", str(tmp_path / "models"))
     monkeypatch.setenv("VERL_PLATFORM", "cuda")
     monkeypatch.setenv("VERL_EXT_CPU_IOMP", "0")
-    _cmd, env = run_command("vanilla", settings, tmp_path, build_assets=True)
-    assert (env["MODEL"], env["RESPONSE_LENGTH"], env["LR"]) == ("smollm2", "64", "2e-05")
+    monkeypatch.setenv("VERL_EXT_CPU_PRECISION", "fp32")
+    cmd, env = run_command("vanilla", settings, tmp_path, build_assets=True)
+    assert env["MODEL"] == "smollm2"
+    assert {"data.max_response_length=64", "actor_rollout_ref.actor.optim.lr=2e-05", "data.train_batch_size=4"} <= set(cmd)
     assert env["VERL_EXT_MODEL_CACHE"] == str(tmp_path / "models") and "VERL_PLATFORM" not in env  # the cache is kept
     assert env["VERL_EXT_CPU_IOMP"] == "0"  # so is CPU mode's OpenMP switch
-    assert run_command("vanilla", DemoSettings(), tmp_path, build_assets=True)[1]["MODEL"] == "tiny"
+    assert env["VERL_EXT_CPU_PRECISION"] == "fp32"  # and its precision (the launcher makes it an override)
+    assert run_command("vanilla", DemoSettings(), tmp_path, build_assets=True)[1]["MODEL"] == "toy"
     with pytest.raises(ValueError, match="--model 'qwen' is invalid: allowed one of"):
         DemoSettings.for_model("qwen")
     with pytest.raises(ValueError, match="--model 'qwen' is invalid"):

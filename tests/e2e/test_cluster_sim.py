@@ -10,7 +10,8 @@ turns a requested 127.0.0.1 into the machine's interface address whenever it has
 2. ``scripts/cluster/ray_worker.sh`` joins a second raylet with its own ports, the way it joins a real head;
 3. ``scripts/cluster/check_nodes.py`` checks both nodes (verl_ext importable, losses registered);
 4. a job submitted to the Jobs API without the token, and one with a wrong token, are refused;
-5. ``scripts/cluster/submit.sh`` submits ``recipe/cpu_tiny.sh`` as a Ray job (authenticated with the token file),
+5. ``scripts/cluster/submit.sh`` submits ``recipe/cpu_tiny.sh`` as a Ray job (authenticated with the token file;
+   ``LOSS``, ``WORK_DIR``, ``EXP_NAME``, ``NNODES`` and ``GPUS_PER_NODE`` forwarded, sizes as Hydra overrides),
    which trains 2 steps of batch-scope Clip-Cov with the entropy autopilot (its default controller, ``auto``) with
    ``trainer.nnodes=2
    trainer.n_gpus_per_node=1``: one FSDP2 rank and one vLLM server per node, the two FSDP ranks in one gloo group,
@@ -29,6 +30,8 @@ from pathlib import Path
 import pytest
 import torch
 from _cpu_marks import cpu_only, needs_vllm_cpu
+
+from verl_ext.checks import launch_env
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -88,7 +91,9 @@ echo "$?" > "$WORK/wrongauth.rc"
 log train
 # the documented way to train on a cluster: submit.sh sends the recipe as a Ray job (with the token file)
 NNODES=2 GPUS_PER_NODE=1 bash scripts/cluster/submit.sh --address http://127.0.0.1:8266 \
-    --submission-id two_nodes cpu_tiny trainer.val_before_train=False \
+    --submission-id two_nodes cpu_tiny verl_ext.recipe.assets=false trainer.total_training_steps=2 \
+    data.train_batch_size=4 actor_rollout_ref.rollout.n=4 data.max_response_length=8 \
+    actor_rollout_ref.actor.policy_loss.clip_cov_ratio=0.05 trainer.val_before_train=False \
     actor_rollout_ref.actor.policy_loss.clip_cov_lb=-100 actor_rollout_ref.actor.policy_loss.clip_cov_ub=100 \
     verl_ext.entropy_control.enable=true verl_ext.entropy_control.target=3.0 verl_ext.entropy_control.actuator=cov_ratio \
     verl_ext.entropy_control.ratio_min=0.001 verl_ext.entropy_control.ratio_max=0.5 > "$WORK/train.log" 2>&1
@@ -108,11 +113,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assets = work / "assets"
     subprocess.run([sys.executable, "-m", "verl_ext.testbed.task", "--out", str(assets), "--target-length", "8"],
                    check=True, capture_output=True, text=True, timeout=300)  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "VERL_"))}
+    launch = set(launch_env.names())  # the job's launch variables are the scenario's, not the shell's
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "VERL_")) and k not in launch}
     env.update(
-        REPO=str(REPO), WORK=str(work), HOME=str(home), PYTHON=sys.executable, WORK_DIR=str(assets), ASSETS="0",
-        LOSS="clip_cov", COV_RATIO="0.05", EXP_NAME="two_nodes", STEPS="2", PROMPTS="4", N="4", RESPONSE_LENGTH="8",
-        PATH=f"{Path(sys.executable).parent}:{env['PATH']}",
+        REPO=str(REPO), WORK=str(work), HOME=str(home), PYTHON=sys.executable, WORK_DIR=str(assets), LOSS="clip_cov",
+        EXP_NAME="two_nodes", PATH=f"{Path(sys.executable).parent}:{env['PATH']}",
     )  # fmt: skip
     # a process outside the namespaces that `ray stop --force` would end if it could see it (its command line names
     # a Ray worker script), standing for another job's Ray on this machine

@@ -27,6 +27,8 @@ import pytest
 import torch
 from _cpu_marks import cpu_only, needs_vllm_cpu
 
+from verl_ext.checks import launch_env
+
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "recipe" / "cpu_tiny.sh"
 PROMPTS, N, LENGTH = 4, 4, 8
@@ -38,6 +40,17 @@ STATE = "verl_ext_driver.json"
 COV_RATIO = 0.05
 """Selection ratio of the Clip-Cov runs: max(1, floor(0.05 * ~100)) = a handful of tokens."""
 
+SIZES: dict[str, object] = {
+    "verl_ext.recipe.assets": "false",  # the assets fixture built them
+    "trainer.total_training_steps": 2,
+    "data.train_batch_size": PROMPTS,
+    "actor_rollout_ref.rollout.n": N,
+    "data.max_response_length": LENGTH,
+    "actor_rollout_ref.actor.policy_loss.clip_cov_ratio": COV_RATIO,
+    "actor_rollout_ref.actor.policy_loss.kl_cov_ratio": COV_RATIO,
+}
+"""The runs' Hydra overrides of the recipe's sizes (a run's ``sizes`` replace some)."""
+
 pytestmark = [cpu_only, needs_vllm_cpu, pytest.mark.e2e]
 
 
@@ -45,7 +58,7 @@ AUTOPILOT = ("verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.c
              "verl_ext.entropy_control.actuator=cov_ratio", "verl_ext.entropy_control.target=3.0",
              "verl_ext.entropy_control.ratio_min=0.001",
              "verl_ext.entropy_control.ratio_max=0.5")  # fmt: skip
-"""The entropy autopilot's PI law from the run's COV_RATIO, with a target near the tiny model's initial entropy: the
+"""The entropy autopilot's PI law from the run's selection ratio, with a target near the tiny model's initial entropy: the
 resume test checks its integral (the default ``auto`` trains in the cluster test)."""
 
 DYNAMIC_BSZ = (
@@ -98,21 +111,27 @@ def assets(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def recipe_env(root: Path, name: str, loss: str, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RAY_"))}
-    env.update(
-        WORK_DIR=str(root), ASSETS="0", LOSS=loss, EXP_NAME=name, STEPS="2", PROMPTS=str(PROMPTS), N=str(N),
-        RESPONSE_LENGTH=str(LENGTH), COV_RATIO=str(COV_RATIO), PYTHON=sys.executable,
-        VERL_FILE_LOGGER_PATH=str(root / f"{name}.jsonl"), HYDRA_FULL_ERROR="1",
-    )  # fmt: skip
-    env.update(extra)
+    """The launch's variables: the work folder ``root`` (the run logs to ``root/<name>.jsonl``, its checkpoints go to
+    ``root/ckpts/<name>``), the loss, the run's name, and ``extra`` (``GPUS_PER_NODE``); no launch variable of the
+    shell's."""
+    launch = set(launch_env.names())
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RAY_")) and k not in launch}
+    env.update(WORK_DIR=str(root), LOSS=loss, EXP_NAME=name, PYTHON=sys.executable, HYDRA_FULL_ERROR="1", **extra)
     return env
 
 
-def train(root: Path, name: str, loss: str, *overrides: str, **env: str) -> Run:
-    """``bash recipe/cpu_tiny.sh OVERRIDES`` (2 steps); fails the test with the run's output if it fails."""
-    proc = subprocess.run(["bash", str(RECIPE), "trainer.val_before_train=False", *overrides],
-                          env=recipe_env(root, name, loss, **env), capture_output=True, text=True, timeout=900,
-                          cwd=root)  # fmt: skip
+def recipe_command(*overrides: str, sizes: dict[str, object] | None = None) -> list[str]:
+    """``bash recipe/cpu_tiny.sh`` with :data:`SIZES` (``sizes`` replacing some), no validation before training, and
+    ``overrides``."""
+    given = {**SIZES, **(sizes or {})}
+    return ["bash", str(RECIPE), *(f"{key}={value}" for key, value in given.items()), "trainer.val_before_train=False",
+            *overrides]  # fmt: skip
+
+
+def train(root: Path, name: str, loss: str, *overrides: str, sizes: dict[str, object] | None = None, **env: str) -> Run:
+    """``bash recipe/cpu_tiny.sh SIZES OVERRIDES`` (2 steps); fails the test with the run's output if it fails."""
+    proc = subprocess.run(recipe_command(*overrides, sizes=sizes), env=recipe_env(root, name, loss, **env),
+                          capture_output=True, text=True, timeout=900, cwd=root)  # fmt: skip
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"{name}: exit {proc.returncode}\n{output[-8000:]}"
     return Run(name, root, output)
@@ -191,9 +210,9 @@ def test_dapo_that_cannot_fill_a_batch_stops_with_an_error(assets):
     reward = assets / "constant_reward.py"
     reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n"
                       "    return 0.5\n")  # fmt: skip
-    proc = subprocess.run(["bash", str(RECIPE), "trainer.val_before_train=False", "algorithm.filter_groups.enable=True",
-                           "algorithm.filter_groups.metric=reward", "algorithm.filter_groups.max_num_gen_batches=2",
-                           f"reward.custom_reward_function.path={reward}"],
+    proc = subprocess.run(recipe_command("algorithm.filter_groups.enable=True", "algorithm.filter_groups.metric=reward",
+                                         "algorithm.filter_groups.max_num_gen_batches=2",
+                                         f"reward.custom_reward_function.path={reward}"),
                           env=recipe_env(assets, "dapo_constant", "vanilla"), capture_output=True, text=True, timeout=600,
                           cwd=assets)  # fmt: skip
     output = proc.stdout + proc.stderr
@@ -265,7 +284,10 @@ RESUME_OVERRIDES = (
 )
 
 
-RESUME_ENV = {"N": "1", "LR": "1e-4", "PROMPTS": "8", "COV_RATIO": "0.2"}
+RESUME_SIZES: dict[str, object] = {
+    "actor_rollout_ref.rollout.n": 1, "actor_rollout_ref.actor.optim.lr": 1e-4, "data.train_batch_size": 8,
+    "actor_rollout_ref.actor.policy_loss.clip_cov_ratio": 0.2, "actor_rollout_ref.actor.policy_loss.kl_cov_ratio": 0.2,
+}  # fmt: skip
 """One response per prompt (greedy rollouts make N > 1 copies); 8 prompts and the autopilot starting from ratio 0.2
 (it lowers the ratio at step 1: entropy is above its target): several selected tokens for the layout test."""
 
@@ -279,10 +301,10 @@ def resume_overrides(assets: Path, use_v1: bool) -> tuple[str, ...]:
 def whole_legacy(assets: Path) -> Run:
     """The uninterrupted legacy run (2 steps, 1 training process, fixed micro-batches): the reference of the SIGKILL
     test's resumed step 2 and of the layout test's step 1 (one launch for both)."""
-    return train(assets, "whole_legacy", "clip_cov", *resume_overrides(assets, False), **RESUME_ENV)
+    return train(assets, "whole_legacy", "clip_cov", *resume_overrides(assets, False), sizes=RESUME_SIZES)
 
 
-def kill_after_checkpoint(root: Path, name: str, overrides: tuple[str, ...], **env: str) -> Run:
+def kill_after_checkpoint(root: Path, name: str, overrides: tuple[str, ...], sizes: dict[str, object]) -> Run:
     """Start the recipe in a process group of its own, SIGKILL the whole group as soon as step 1 is over (its
     checkpoint complete - verl writes the tracker file last - and its metrics logged), and return what is left."""
     tracker = root / "ckpts" / name / "latest_checkpointed_iteration.txt"
@@ -291,8 +313,8 @@ def kill_after_checkpoint(root: Path, name: str, overrides: tuple[str, ...], **e
     def step_one_done() -> bool:
         return tracker.exists() and tracker.read_text().strip() == "1" and log.exists() and b'"step":1' in log.read_bytes()
 
-    proc = subprocess.Popen(["bash", str(RECIPE), "trainer.val_before_train=False", *overrides],
-                            env=recipe_env(root, name, "clip_cov", **env), stdout=subprocess.PIPE,
+    proc = subprocess.Popen(recipe_command(*overrides, sizes=sizes), env=recipe_env(root, name, "clip_cov"),
+                            stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, cwd=root, start_new_session=True)  # fmt: skip
     deadline = time.monotonic() + 600
     try:
@@ -319,10 +341,10 @@ def test_sigkill_after_a_checkpoint_then_the_same_command_resumes_losing_nothing
     differ from run to run even without a restart; there the resumed step is checked against the controller's law.
     """
     trainer = "v1" if use_v1 else "legacy"
-    overrides, env = resume_overrides(assets, use_v1), RESUME_ENV
-    killed = kill_after_checkpoint(assets, f"killed_{trainer}", overrides, **env)
+    overrides = resume_overrides(assets, use_v1)
+    killed = kill_after_checkpoint(assets, f"killed_{trainer}", overrides, RESUME_SIZES)
     assert sorted(killed.steps) == [1], f"killed too late (steps {sorted(killed.steps)}): the test proves nothing"
-    resumed = train(assets, f"killed_{trainer}", "clip_cov", *overrides, **env)
+    resumed = train(assets, f"killed_{trainer}", "clip_cov", *overrides, sizes=RESUME_SIZES)
     assert sorted(resumed.steps) == [1, 2], "the resumed run must continue the killed run's log"
     assert resumed.steps[1] == killed.steps[1]
     # the integral carries step 1's error: a resumed run that lost the state would have integral == error here
@@ -364,7 +386,7 @@ def test_selection_is_the_same_with_one_or_two_ranks_and_fixed_or_dynamic_micro_
     the reference in both ways, ranks and micro-batching, can expose a selection depending on either.)"""
     reference = whole_legacy(assets)
     run = train(assets, "layout_two_ranks_dynamic", "clip_cov", *resume_overrides(assets, False), *DYNAMIC_BSZ,
-                "trainer.total_training_steps=1", GPUS_PER_NODE="2", **RESUME_ENV)  # fmt: skip
+                sizes={**RESUME_SIZES, "trainer.total_training_steps": 1}, GPUS_PER_NODE="2")  # fmt: skip
 
     def chosen(run: Run) -> list[tuple]:
         # by content, not row index: verl balances the rows over the ranks (trainer.balance_batch), so a sample's

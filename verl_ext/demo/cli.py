@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=DemoSettings.steps, help="training steps per run (default %(default)s)")
     p.add_argument("--seed", type=int, default=DemoSettings.seed, help="seed of model, data, sampling (default %(default)s)")
     p.add_argument("--model", choices=list(MODELS), default="tiny",
-                   help="tiny: a random tiny Qwen2 on repeat-the-digit (no download); smollm2: the real "
+                   help="tiny: a random tiny Qwen2 on repeat-the-digit (the recipe's cpu_model=toy, no download); smollm2: the real "
                         "SmolLM2-135M-Instruct from its PyPI wheel on GSM8K-format word problems (default %(default)s)")
     p.add_argument("--losses", type=parse_runs, default=list(DEFAULT_RUNS),
                    help=f"comma-separated runs, from {', '.join(RUN_NAMES)} (default {','.join(DEFAULT_RUNS)})")

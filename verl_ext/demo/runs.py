@@ -21,6 +21,8 @@ from importlib import resources
 from pathlib import Path
 from typing import IO, Any
 
+from verl_ext.checks.launch_env import quote
+
 LOSSES = ("vanilla", "clip_cov", "kl_cov", "grpo_erc", "gppo_erc", "high_entropy", "entropy_adv")
 """The losses ``recipe/cpu_tiny.sh`` takes as ``LOSS`` (each with its config group, ``configs/policy_loss/<loss>.yaml``)."""
 
@@ -49,8 +51,9 @@ RUN_NAMES = (*LOSSES, *CONTROL_RUNS)
 TASKS = {"tiny": "tiny Qwen2, repeat-the-digit", "smollm2": "SmolLM2-135M-Instruct, GSM8K-format word problems"}
 """What each model's runs train on, for titles."""
 
-USER_SWITCHES = ("VERL_EXT_MODEL_CACHE", "VERL_EXT_CPU_IOMP")
-"""The user's VERL_* variables a demo run keeps (every other VERL_* / RAY_* one comes from the recipe)."""
+USER_SWITCHES = ("VERL_EXT_MODEL_CACHE", "VERL_EXT_CPU_IOMP", "VERL_EXT_CPU_PRECISION")
+"""The user's VERL_* variables a demo run keeps (every other VERL_* / RAY_* one comes from the recipe): the model
+cache, CPU mode's OpenMP switch and its precision (a launch variable)."""
 
 STEP_LINE = re.compile(r"\bstep:(\d+) - ")
 """A step's line of verl's console logger (behind Ray's ``(TaskRunner pid=...)`` prefix)."""
@@ -68,13 +71,17 @@ MODELS: dict[str, dict[str, Any]] = {
     "tiny": dict(prompts=16, samples=8, response_length=16, lr=5e-3, cov_ratio=0.02),
     "smollm2": dict(prompts=4, samples=4, response_length=64, lr=1e-5, cov_ratio=0.1),
 }
-"""``MODEL`` of ``recipe/cpu_tiny.sh`` -> the demo's sizes for it. ``tiny``: a random tiny Qwen2 on repeat-the-digit
-(a step ~2000 response tokens; 0.02 selects a handful). ``smollm2``: the real SmolLM2-135M-Instruct on GSM8K-format
-word problems (docs/real_model.md), with the sizes of ``SCALE=cpu MODEL=smollm2`` (a step ~250 response tokens)."""
+"""The demo's ``--model`` -> its sizes. ``tiny``: a random tiny Qwen2 on repeat-the-digit (a step ~2000 response
+tokens; 0.02 selects a handful). ``smollm2``: the real SmolLM2-135M-Instruct on GSM8K-format word problems
+(docs/real_model.md), with the sizes of ``SCALE=cpu MODEL=smollm2`` (a step ~250 response tokens)."""
+
+CPU_MODELS = {"tiny": "toy", "smollm2": "smollm2"}
+"""The demo's ``--model`` -> ``recipe/cpu_tiny.sh``'s model group (``MODEL``, ``configs/cpu_model/<model>.yaml``)."""
 
 @dataclass(frozen=True)
 class DemoSettings:
-    """What every run of one demo shares: the recipe's environment variables and extra Hydra overrides."""
+    """What every run of one demo shares: sizes, steps, seed, learning rate and selection ratio (Hydra overrides of the
+    recipe, :func:`settings_overrides`), the model, and extra Hydra overrides."""
 
     steps: int = 20
     seed: int = 0
@@ -119,11 +126,27 @@ def log_path(out: Path, run: str) -> Path:
     return out / "runs" / f"{run}.jsonl"
 
 
+def settings_overrides(settings: DemoSettings, out: Path, run: str, build_assets: bool) -> list[str]:
+    """The Hydra overrides every run of a demo shares, and the run's log: sizes, steps, seed (``data.seed``, from which
+    the recipe takes vLLM's and the mini-batch shuffling's), learning rate, the selection ratio of Clip-Cov and
+    KL-Cov, whether the run builds the model and data in ``out``, and verl's file log (:func:`log_path`)."""
+    ratio = repr(settings.cov_ratio)
+    return [f"trainer.total_training_steps={settings.steps}", f"data.seed={settings.seed}",
+            f"data.train_batch_size={settings.prompts}", f"actor_rollout_ref.rollout.n={settings.samples}",
+            f"data.max_response_length={settings.response_length}", f"actor_rollout_ref.actor.optim.lr={settings.lr!r}",
+            f"actor_rollout_ref.actor.policy_loss.clip_cov_ratio={ratio}",
+            f"actor_rollout_ref.actor.policy_loss.kl_cov_ratio={ratio}",
+            f"verl_ext.recipe.assets={'true' if build_assets else 'false'}",
+            f"ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH={quote(str(log_path(out, run)))}"]  # fmt: skip
+
+
 def run_command(run: str, settings: DemoSettings, out: Path, build_assets: bool) -> tuple[list[str], dict[str, str]]:
-    """The command and environment of one run: ``bash cpu_tiny.sh OVERRIDES`` with the recipe's variables."""
+    """The command and environment of one run: ``bash cpu_tiny.sh OVERRIDES`` with the launcher's variables (the
+    loss, the run's name, the work folder ``out`` and the model): the settings' overrides, the run's entropy control,
+    then the user's overrides (last: they win)."""
     if run not in RUN_NAMES:
         raise ValueError(f"run {run!r} is invalid: allowed one of {list(RUN_NAMES)}")
-    overrides = ["trainer.val_before_train=False"]
+    overrides = [*settings_overrides(settings, out, run, build_assets), "trainer.val_before_train=False"]
     loss = run
     if run in CONTROL_RUNS:
         if settings.entropy_target is None:
@@ -131,15 +154,10 @@ def run_command(run: str, settings: DemoSettings, out: Path, build_assets: bool)
         loss, keys = CONTROL_RUNS[run]
         overrides += ["verl_ext.entropy_control.enable=true", f"verl_ext.entropy_control.target={settings.entropy_target}",
                       *(f"verl_ext.entropy_control.{kv}" for kv in keys)]  # fmt: skip
-    # a run's own VERL_* / RAY_* settings come from the recipe; the user's model cache (--model smollm2) and CPU
-    # mode's OpenMP switch are kept
+    # a run's own VERL_* / RAY_* settings come from the recipe; the user's switches are kept, and so are the other
+    # launch variables the user set (LOGGERS, GPUS_PER_NODE, ...)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RAY_")) or k in USER_SWITCHES}
-    env.update(
-        LOSS=loss, EXP_NAME=run, WORK_DIR=str(out), MODEL=settings.model,
-        ASSETS="1" if build_assets else "0", STEPS=str(settings.steps), SEED=str(settings.seed),
-        PROMPTS=str(settings.prompts), N=str(settings.samples), RESPONSE_LENGTH=str(settings.response_length), LR=repr(settings.lr), COV_RATIO=repr(settings.cov_ratio),
-        PYTHON=sys.executable, VERL_FILE_LOGGER_PATH=str(log_path(out, run)),
-    )  # fmt: skip
+    env.update(LOSS=loss, EXP_NAME=run, WORK_DIR=str(out), MODEL=CPU_MODELS[settings.model], PYTHON=sys.executable)
     env.update(settings.extra_env)
     return ["bash", str(recipe_script()), *overrides, *settings.overrides], env
 
@@ -182,5 +200,5 @@ def train_all(runs: Sequence[str], settings: DemoSettings, out: Path, log: IO[st
     return history
 
 
-__all__ = ["AUTOPILOT_BOUNDS", "AUTOPILOT_RUN", "CONTROL_RUNS", "DemoSettings", "LOSSES", "MODELS", "RUN_NAMES", "TASKS", "STEP_LINE", "log_path",
-           "read_steps", "recipe_script", "run_command", "train", "train_all"]  # fmt: skip
+__all__ = ["AUTOPILOT_BOUNDS", "AUTOPILOT_RUN", "CONTROL_RUNS", "CPU_MODELS", "DemoSettings", "LOSSES", "MODELS", "RUN_NAMES", "TASKS", "STEP_LINE", "log_path",
+           "read_steps", "recipe_script", "run_command", "settings_overrides", "train", "train_all"]  # fmt: skip
