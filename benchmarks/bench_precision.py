@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     from verl_ext.cpu import precision
     from verl_ext.cpu.machine import machine_info
 
-    if precision.choose("auto").precision != "bf16":
+    if not precision.bf16_flags():
         parser.error(f"this CPU has none of {', '.join(precision.BF16_FLAGS)}: nothing to compare")
     shapes = {f"{m}x{k}@{k}x{n}": {name: matmul_gflops(m, k, n, dtype) for name, dtype in
                                    (("fp32", torch.float32), ("bf16", torch.bfloat16))} for m, k, n in SHAPES}  # fmt: skip
