@@ -249,7 +249,7 @@ def test_entropy_checkpointing_with_an_update_entropy_loss_warns_of_its_memory(c
         assert messages[0].startswith("actor_rollout_ref.actor.entropy_checkpointing=True") and "set it to false" in messages[0].lower()
 
 
-def test_real_run_validates_before_ray_and_picks_the_task_runner(compose, monkeypatch):
+def test_real_run_validates_before_ray_and_picks_the_task_runner(compose, monkeypatch, tmp_path):
     import verl.trainer.main_ppo as verl_main
 
     from verl_ext import main_ppo
@@ -261,7 +261,10 @@ def test_real_run_validates_before_ray_and_picks_the_task_runner(compose, monkey
     bad = compose("policy_loss@actor_rollout_ref.actor.policy_loss=grpo_erc",
                   "actor_rollout_ref.actor.policy_loss.entropy_mask_low=-1")  # fmt: skip
     assert main_ppo.run(bad) == 2 and calls == []
+    monkeypatch.chdir(tmp_path)  # the run saves its resolved config under trainer.default_local_dir (relative)
     assert main_ppo.run(compose("policy_loss@actor_rollout_ref.actor.policy_loss=grpo_erc")) == 0
+    saved = tmp_path / "checkpoints" / "verl_examples" / "gsm8k" / "resolved_config.yaml"
+    assert "loss_mode: grpo_erc" in saved.read_text()
     assert main_ppo.run(compose("trainer.use_v1=false")) == 0
     assert calls == [VerlExtTaskRunnerV1, VerlExtTaskRunner]
 
