@@ -1,0 +1,60 @@
+"""Sentences of the docs that a script can check: each test reads the source of the claim (the code, the results
+file, the command's own output) and the page that states it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+NUMBERS = {7: "seven", 8: "eight", 9: "nine", 10: "ten"}
+
+
+def test_cpu_mode_counts_its_upstream_workarounds():
+    """One workaround per numbered entry of ``verl_ext/cpu/workarounds.py``'s docstring, plus the one in
+    ``verl_ext/cpu/precision.py``; cpu_mode.md numbers one table row each, and it and the README say how many."""
+    import verl_ext.cpu.precision as precision
+    import verl_ext.cpu.workarounds as workarounds
+
+    listed = re.findall(r"^(\d+)\. :(?:func|class):`(\w+)`", workarounds.__doc__, flags=re.M)
+    assert [int(n) for n, _ in listed] == list(range(1, len(listed) + 1)), listed
+    assert all(hasattr(workarounds, name) for _, name in listed), listed
+    assert hasattr(precision, "fp32_log_probs_for_verl_engine")
+    count = len(listed) + 1
+    page = (DOCS / "cpu_mode.md").read_text()
+    rows = [int(n) for n in re.findall(r"^\| (\d+) \| `", page, flags=re.M)]
+    assert rows == list(range(1, count + 1)), rows
+    word = NUMBERS[count]
+    assert f"{word} small workarounds" in page
+    assert f"{word} small upstream workarounds" in " ".join((ROOT / "README.md").read_text().split())
+    assert not any(f"{w} small" in page for n, w in NUMBERS.items() if n != count)
+
+
+def test_the_cpu_recipes_entropy_falls_as_cpu_mode_says():
+    """cpu_mode.md: on the CPU recipe, vanilla's entropy "falls within a few dozen steps" (its results file)."""
+    assert "results_autopilot_recipe_cpu.json" in (DOCS / "cpu_mode.md").read_text()
+    runs = json.loads((ROOT / "benchmarks/results/results_autopilot_recipe_cpu.json").read_text())["runs"]
+    entropy = next(r["entropy"] for r in runs if r["variant"] == "vanilla" and r["seed"] == 0)
+    assert len(entropy) == 40 and entropy[19] < entropy[0] - 1 and entropy[39] < entropy[0] - 1, entropy
+
+
+def test_train_md_shows_its_dry_runs_own_output(tmp_path):
+    """The dry-run summary printed in train.md is what its command prints now."""
+    page = (DOCS / "train.md").read_text()
+    section = page[page.index("## Dry run"):]
+    command = re.search(r"```bash\n(python -m verl_ext.main_ppo verl_ext.dry_run=true.*?)```", section, flags=re.S)
+    shown = re.search(r"```text\n(verl_ext dry run.*?)```", section, flags=re.S)
+    assert command and shown
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RAY_"))}
+    env.update(HOME=str(tmp_path), PYTHON=sys.executable,
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")  # fmt: skip
+    res = subprocess.run(["bash", "-c", command.group(1).replace("\\\n", " ")], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    printed = res.stdout[res.stdout.index("verl_ext dry run"):]
+    assert printed.strip() == shown.group(1).strip(), printed
