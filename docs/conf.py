@@ -64,6 +64,7 @@ def readme_as_home(app, docname: str, source: list[str]) -> None:
         return f"]({target.removeprefix('docs/') if target.startswith('docs/') else '../' + target})"
 
     if docname == root_doc:
+        app.env.note_dependency(str(ROOT / "README.md"))  # an incremental build re-reads the home page when it changes
         readme = re.sub(r"\]\(([^)\s]+)\)", rebase, (ROOT / "README.md").read_text())
         source[0] = source[0].replace("<!-- README -->", readme)
     else:
