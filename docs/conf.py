@@ -5,7 +5,10 @@ reference comes from the docstrings (``sphinx.ext.autodoc``, which MkDocs lacks 
 one strict build (``-W --keep-going -n``) checks every link, heading anchor, image, toctree entry and
 cross-reference. Build it with::
 
-    python -m sphinx -W --keep-going -n -b html docs docs/_build/html
+    python -m sphinx -E -W --keep-going -n -b html docs docs/_build/html
+
+``-E`` reads every page afresh: an incremental build resolves links only on the pages it rewrites, so a heading
+renamed on one page would not fail the pages that link to it.
 
 What the build checks beyond Sphinx's own warnings:
 

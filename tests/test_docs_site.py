@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-BUILD = ["-W", "--keep-going", "-n", "-q", "-b", "html"]  # the README's command, quiet
+BUILD = ["-E", "-W", "--keep-going", "-n", "-q", "-b", "html"]  # the README's command, quiet
 
 
 def sphinx_build(src: Path, out: Path) -> subprocess.CompletedProcess:
