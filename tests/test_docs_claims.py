@@ -9,6 +9,10 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from omegaconf import OmegaConf
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -58,3 +62,33 @@ def test_train_md_shows_its_dry_runs_own_output(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     printed = res.stdout[res.stdout.index("verl_ext dry run"):]
     assert printed.strip() == shown.group(1).strip(), printed
+
+
+def test_the_controller_acts_through_the_selection_only_on_cov_ratio():
+    """autopilot.md: on ``actuator=cov_ratio`` the controller needs batch-scope ``clip_cov`` / ``kl_cov``;
+    ``entropy_coef`` and ``pos_weight`` act in the actor loss, with any policy loss."""
+    from verl_ext.checks.validation import check_actuator
+    from verl_ext.config import ConfigError
+
+    assert "On `actuator=cov_ratio` it acts only through the batch-scope selection" in " ".join(
+        (DOCS / "autopilot.md").read_text().split())
+
+    def config(loss: str, scope: str = "batch"):
+        return OmegaConf.create({"actor_rollout_ref": {"actor": {"entropy_coeff": 0, "policy_loss": {
+            "loss_mode": loss, "cov_scope": scope}}}})  # fmt: skip
+
+    check_actuator(config("clip_cov"), SimpleNamespace(actuator="cov_ratio"))
+    for loss, scope in (("vanilla", "batch"), ("clip_cov", "micro")):
+        with pytest.raises(ConfigError, match="actuator=cov_ratio"):
+            check_actuator(config(loss, scope), SimpleNamespace(actuator="cov_ratio"))
+    for actuator in ("entropy_coef", "pos_weight"):
+        for loss in ("vanilla", "grpo_erc", "high_entropy"):
+            check_actuator(config(loss), SimpleNamespace(actuator=actuator))
+
+
+def test_the_gpu_path_says_it_never_ran_on_a_gpu():
+    """The GPU getting-started page and the README's GPU section say plainly that nothing ran on a GPU."""
+    assert "No GPU run of verl_ext exists" in (DOCS / "gpu_quickstart.md").read_text()
+    readme = (ROOT / "README.md").read_text()
+    gpu = readme[readme.index("## Train on a GPU cluster"):readme.index("## CPU mode")]
+    assert "Untested on GPU" in gpu and "docs/gpu_quickstart.md" in gpu
