@@ -92,3 +92,32 @@ def test_the_gpu_path_says_it_never_ran_on_a_gpu():
     readme = (ROOT / "README.md").read_text()
     gpu = readme[readme.index("## Train on a GPU cluster"):readme.index("## CPU mode")]
     assert "Untested on GPU" in gpu and "docs/gpu_quickstart.md" in gpu
+
+
+def test_the_readmes_loss_and_trainer_figures_are_their_files():
+    """The README's Results rows for the losses' time / memory and the trainer's step time are the results files'."""
+    readme = (ROOT / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| loss time / memory vs verl's vanilla"))
+    losses = json.loads((ROOT / "benchmarks/results/results_cpu.json").read_text())["losses"]
+    by_name = {r["loss"]: r for r in losses}
+    for name, shown in (("clip_cov batch scope", "`clip_cov`"), ("kl_cov batch scope", "`kl_cov`"),
+                        ("grpo_erc", "`grpo_erc`")):  # fmt: skip
+        r = by_name[name]
+        assert f"{shown} {r['time_ratio']:.2f}x / {r['mem_ratio']:.2f}x" in row, (name, row)
+    row = next(line for line in readme.splitlines() if line.startswith("| verl_ext's trainer vs verl's, step time"))
+    summary = json.loads((ROOT / "benchmarks/results/results_trainer_cpu.json").read_text())["summary"]
+    shown = f"{summary['verl_ext vanilla']['step_ratio']:.3f}x / {summary['verl_ext clip_cov']['step_ratio']:.3f}x"
+    assert shown in row, (shown, row)
+
+
+def test_the_readmes_update_memory_figures_are_their_file():
+    """README: ERC / high_entropy / entropy_adv peak at 1.000x vanilla's with the recipes' settings, and verl's
+    entropy_checkpointing at 1.73x / 1.76x (SmolLM2's / Qwen2.5's vocabulary)."""
+    readme = (ROOT / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| update peak memory, ERC"))
+    rows = json.loads((ROOT / "benchmarks/results/results_memory_cpu.json").read_text())["rows"]
+    plain = [r["peak_ratio"] for r in rows if r["loss"] in ("grpo_erc", "high_entropy", "entropy_adv")
+             and r["mode"] == "plain"]  # fmt: skip
+    assert len(plain) == 6 and all(f"{x:.3f}" == "1.000" for x in plain) and "1.000x" in row, plain
+    ckpt = {r["model"]: r["peak_ratio"] for r in rows if r["loss"] == "grpo_erc" and r["mode"] == "checkpointing"}
+    assert f"{ckpt['smollm2']:.2f}x / {ckpt['qwen2.5']:.2f}x" in row, (ckpt, row)
