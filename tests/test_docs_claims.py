@@ -121,3 +121,19 @@ def test_the_readmes_update_memory_figures_are_their_file():
     assert len(plain) == 6 and all(f"{x:.3f}" == "1.000" for x in plain) and "1.000x" in row, plain
     ckpt = {r["model"]: r["peak_ratio"] for r in rows if r["loss"] == "grpo_erc" and r["mode"] == "checkpointing"}
     assert f"{ckpt['smollm2']:.2f}x / {ckpt['qwen2.5']:.2f}x" in row, (ckpt, row)
+
+
+def test_the_readmes_controller_figures_are_the_results_pages():
+    """README: the default controller's rows quote the tables results.md prints from the scripts (and
+    tests/benchmarks/test_results_page.py checks those against the scripts)."""
+    readme = (ROOT / "README.md").read_text()
+    results = (DOCS / "results.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| `auto` at 0.3 nats, median of 3 seeds"))
+    for actuator, label in (("entropy_coef", "coefficient"), ("cov_ratio", "Clip-Cov's ratio")):
+        median = re.search(rf"^\| {actuator} \| 3 \| ([\d.]+) \| ([\d.]+) \| (\d+)% \|", results, flags=re.M)
+        assert median, actuator
+        assert f"{label} {median[1]} / {median[2]} / {median[3]} %" in row, (median.groups(), row)
+    row = next(line for line in readme.splitlines() if line.startswith("| `auto` on the toy"))
+    section = results[results.index("### The default controller on the toy"):]
+    toy = re.search(r"^\| autopilot \| [^|]+ \| [^|]+ \| ([\d.]+)% \(", section, flags=re.M)
+    assert toy and f"| {toy[1]} % (" in row, (toy, row)
