@@ -137,3 +137,24 @@ def test_the_readmes_controller_figures_are_the_results_pages():
     section = results[results.index("### The default controller on the toy"):]
     toy = re.search(r"^\| autopilot \| [^|]+ \| [^|]+ \| ([\d.]+)% \(", section, flags=re.M)
     assert toy and f"| {toy[1]} % (" in row, (toy, row)
+
+
+def test_the_readmes_evaluation_figures_are_the_results_page():
+    """README: 12 configurations x 3 seeds, the base model's avg@32, the range of the configurations' means, and every
+    configuration's range overlapping vanilla's - as results.md's checked table of real_model_runs.py prints them."""
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    results = (DOCS / "results.md").read_text()
+    ranges = {}
+    start = results.index("<!-- table: python -m benchmarks.real_model_runs -->")
+    table = results[start:results.index("<!-- /table -->", start)]
+    for name, cells in re.findall(r"^\| (.+?) \| (?:seeds|seed 0 twice)[^|]* \|(.*)$", table, flags=re.M):
+        mean, lo, hi = re.findall(r"([\d.]+) \(([\d.]+)-([\d.]+)\)", cells)[6]  # avg@32, the 7th figure
+        ranges[name] = (float(mean), float(lo), float(hi))
+    assert len(ranges) == 12, ranges
+    base = re.search(r"^base \(warmed up, step 0\): avg@32 ([\d.]+)", results, flags=re.M)[1]
+    means = sorted(mean for mean, _, _ in ranges.values())
+    _, vlo, vhi = ranges["vanilla GRPO"]
+    assert "12 configurations x 3 seeds" in readme
+    shown = f"base {base}; means {means[0]:.3f}-{means[-1]:.3f}, each range overlapping vanilla's {vlo:.3f}-{vhi:.3f}"
+    assert shown in readme, shown
+    assert all(lo <= vhi and hi >= vlo for _, lo, hi in ranges.values()), ranges
