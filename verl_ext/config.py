@@ -218,7 +218,7 @@ class PolicyLossConfig(VerlPolicyLossConfig):
 
     entropy_adv_kappa: float = 2.0
     """entropy_adv: kappa > 1 in ``A' = A + min(alpha H, |A| / kappa)`` (the paper's condition): the shaping stays
-    below |A|, so a negative advantage keeps its sign and is never cancelled (2 in public code)."""
+    below ``|A|``, so a negative advantage keeps its sign and is never cancelled (2 in public code)."""
 
     def __post_init__(self) -> None:
         parent = getattr(super(), "__post_init__", None)

@@ -1,4 +1,4 @@
-"""docs/results.md quotes the benchmark scripts' own tables: every block between ``<!-- table: COMMAND -->`` and
+"""docs/results.md and docs/results_performance.md (the results pages) quote the benchmark scripts' own tables: every block between ``<!-- table: COMMAND -->`` and
 ``<!-- /table -->`` is what ``COMMAND`` (``python -m benchmarks.<module> ARGS``) prints, run here in-process through
 the module's ``main(ARGS)`` (the summarisers read a kept results file and run nothing), and every raw results file
 the page links to exists."""
@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGE = ROOT / "docs" / "results.md"
+PAGES = [ROOT / "docs" / "results.md", ROOT / "docs" / "results_performance.md"]
+PAGE_TEXT = "\n".join(page.read_text() for page in PAGES)
+DOCS = ROOT / "docs"
 TABLE = re.compile(r"<!-- table: (?P<command>.+?) -->\n(?P<body>.*?)\n<!-- /table -->", flags=re.S)
 
 
@@ -37,21 +39,22 @@ def printed(command: str) -> str:
     return out.getvalue().strip("\n")
 
 
-PAGE_TABLES = tables(PAGE.read_text())
+PAGE_TABLES = tables(PAGE_TEXT)
 
 
 def test_the_page_has_its_tables_each_once():
     commands = [command for command, _ in PAGE_TABLES]
     assert len(commands) >= 8, commands
     assert len(set(commands)) == len(commands), commands
-    text = PAGE.read_text()
+    text = PAGE_TEXT
+    assert all("<!-- table: " in page.read_text() for page in PAGES), "a results page without a marked table"
     assert text.count("<!-- table: ") == text.count("<!-- /table -->") == len(commands), "unmatched table markers"
 
 
 @pytest.mark.parametrize(("command", "quoted"), PAGE_TABLES, ids=[c.split(" ", 2)[2][:90] for c, _ in PAGE_TABLES])
 def test_the_quoted_table_is_what_its_command_prints(command, quoted):
     assert quoted == printed(command), (
-        f"docs/results.md: the table under `{command}` differs from what the command prints; paste its output "
+        f"the results pages: the table under `{command}` differs from what the command prints; paste its output "
         "between the markers"
     )
 
@@ -73,16 +76,15 @@ def raw_links(text: str) -> list[str]:
 
 
 def test_every_raw_results_link_exists():
-    links = raw_links(PAGE.read_text())
+    links = raw_links(PAGE_TEXT)
     assert len(links) >= 8, links
-    missing = [link for link in links if not (PAGE.parent / link).resolve().exists()]
-    assert not missing, f"docs/results.md links results files that do not exist: {missing}"
+    missing = [link for link in links if not (DOCS / link).resolve().exists()]
+    assert not missing, f"the results pages link results files that do not exist: {missing}"
 
 
 def test_every_summarised_results_file_is_linked():
     """Each file a table is printed from is also linked as its raw results."""
-    text = PAGE.read_text()
-    linked = {Path(link).name for link in raw_links(text)}
+    linked = {Path(link).name for link in raw_links(PAGE_TEXT)}
     for command, _ in PAGE_TABLES:
         for word in shlex.split(command):
             if word.startswith("benchmarks/results/"):

@@ -33,6 +33,7 @@ REFUSED = {
                                "selection ratio spans orders of magnitude (1e-4 .. 0.2) and is driven in log space "
                                "by controller=pi",
 }
+"""Why each (controller, actuator) pair outside :data:`PAIRS` is refused: the error message names the pair to use."""
 
 
 @dataclass(frozen=True)

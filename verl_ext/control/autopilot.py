@@ -413,8 +413,8 @@ class EntropyController:
     def actuator_limited(self, limited: bool, metrics: dict, applied: float | None = None) -> None:
         """After the step's selection (``cov_ratio``): ``limited`` when it took fewer tokens than the ratio asked
         (Clip-Cov's bounds admitted fewer candidates); ``applied``: the fraction of the tokens it took. For ``pi`` a
-        limited step is a bound for its anti-windup (:meth:`~verl_ext.control.controllers.PIController.
-        actuator_limited`): the step's error leaves the integral if it pushed for more; ``auto`` learns from the
+        limited step is a bound for its anti-windup (:meth:`PIController.actuator_limited
+        <verl_ext.control.controllers.PIController.actuator_limited>`): the step's error leaves the integral if it pushed for more; ``auto`` learns from the
         applied fraction instead of the asked ratio. Writes ``entropy_control/limited`` and the integral it leaves to
         ``metrics``."""
         metrics[CONTROL_LIMITED] = float(limited)

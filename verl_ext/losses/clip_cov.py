@@ -11,8 +11,7 @@ at random among the candidates. The paper's candidates are the valid tokens with
 
 * ``micro`` (``cov_selected is None``): the selection runs here, over this call's tokens, with the current ratio, so
   the PPO-clipped tokens (``-A clip(r) > -A r``) are excluded: the paper's candidate set.
-* ``batch``: ``cov_selected`` was drawn on the driver before the update (:func:`~verl_ext.losses.selection.
-  select_tokens_for_batch`), where every ratio is 1: no token can be known to be PPO-clipped, so the candidates are
+* ``batch``: ``cov_selected`` was drawn on the driver before the update (:func:`~verl_ext.losses.selection.select_tokens_for_batch`), where every ratio is 1: no token can be known to be PPO-clipped, so the candidates are
   all valid tokens with ``lb < cov_i < ub``, and this loss applies the mask as given. A selected token that PPO clips
   at its update has no gradient either way, so such tokens take part of the budget without changing the gradient.
 
@@ -53,12 +52,9 @@ def compute_policy_loss_clip_cov(
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """Clip-Cov policy loss (verl's signature).
 
-    Args:
-        cov_selected: optional bool mask of tokens selected over the whole batch; ``None`` selects over the
-            tensors given here (``cov_scope=micro``).
-
-    Returns:
-        ``(loss, metrics)`` with metrics as 0-d tensors.
+    :param cov_selected: optional bool mask of tokens selected over the whole batch; ``None`` selects over the
+        tensors given here (``cov_scope=micro``).
+    :returns: ``(loss, metrics)`` with metrics as 0-d tensors.
     """
     ratio, lb, ub, seed = policy_loss_params(config, "clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "cov_seed")
     eps_low, eps_high = clip_ratios(config)

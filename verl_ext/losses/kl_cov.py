@@ -1,6 +1,6 @@
 """KL-Cov (Cui et al., "The Entropy Mechanism of RL for Reasoning LMs", arXiv 2505.22617).
 
-Per valid token i, with ``cov_i = (A_i - mean A)(lp_i - mean lp)`` (no gradient):
+Per valid token i, with ``cov_i = (A_i - mean A)(lp_i - mean lp)`` (no gradient)::
 
     L_i = -A_i r_i + ppo_kl_coef * |lp_i - old_i|    if i in S
     L_i = -A_i r_i                                   otherwise
@@ -34,12 +34,9 @@ def compute_policy_loss_kl_cov(
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """KL-Cov policy loss (verl's signature).
 
-    Args:
-        cov_selected: optional bool mask of tokens selected over the whole batch; ``None`` selects over the
-            tensors given here (``cov_scope=micro``).
-
-    Returns:
-        ``(loss, metrics)`` with metrics as 0-d tensors.
+    :param cov_selected: optional bool mask of tokens selected over the whole batch; ``None`` selects over the
+        tensors given here (``cov_scope=micro``).
+    :returns: ``(loss, metrics)`` with metrics as 0-d tensors.
     """
     ratio, coef = policy_loss_params(config, "kl_cov_ratio", "ppo_kl_coef")
     eps_low, eps_high = clip_ratios(config)  # only for the pg_clipfrac metric: KL-Cov does not clip

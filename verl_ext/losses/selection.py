@@ -203,21 +203,20 @@ def select_tokens_for_batch(
     the candidate set is all valid tokens with ``lb < cov < ub``. A selected token that PPO clips at its update has
     no gradient either way (it spends part of the budget without effect); ``cov_scope=micro`` applies the condition.
 
-    Args:
-        loss_mode: ``clip_cov`` or ``kl_cov``.
-        advantages, old_log_prob, response_mask: ``(batch, response_length)`` tensors of the whole batch.
-        config: the actor config (reads ``policy_loss``).
-        step: the global training step, mixed into the seed so that each step draws fresh tokens.
-        metrics: if given, receives ``actor/<loss>/selected_frac``, ``cov_selected_mean``, ``cov_selected_max``
-            of the batch as 0-d tensors, and for Clip-Cov ``candidate_frac`` (valid tokens with ``lb < cov < ub``).
-        ratio: the selection ratio to use instead of the configured ``clip_cov_ratio`` / ``kl_cov_ratio`` (the
-            entropy autopilot's); validated like them.
-        key: what Clip-Cov's random draw is keyed on, shaped like ``old_log_prob``: verl_ext's trainers pass the
-            response token ids, which are the same whatever the numerics of the old-log-prob pass (its low bits
-            change with the number of GPUs and the micro-batching); default the old log-probs (all a loss call has).
-
-    Returns:
-        Bool tensor shaped like ``old_log_prob``: the selected tokens.
+    :param loss_mode: ``clip_cov`` or ``kl_cov``.
+    :param advantages: ``(batch, response_length)``, the whole batch's (as are ``old_log_prob`` and ``response_mask``).
+    :param old_log_prob: the old policy's log-probs.
+    :param response_mask: the valid response tokens.
+    :param config: the actor config (reads ``policy_loss``).
+    :param step: the global training step, mixed into the seed so that each step draws fresh tokens.
+    :param metrics: if given, receives ``actor/<loss>/selected_frac``, ``cov_selected_mean``, ``cov_selected_max``
+        of the batch as 0-d tensors, and for Clip-Cov ``candidate_frac`` (valid tokens with ``lb < cov < ub``).
+    :param ratio: the selection ratio to use instead of the configured ``clip_cov_ratio`` / ``kl_cov_ratio`` (the
+        entropy autopilot's); validated like them.
+    :param key: what Clip-Cov's random draw is keyed on, shaped like ``old_log_prob``: verl_ext's trainers pass the
+        response token ids, which are the same whatever the numerics of the old-log-prob pass (its low bits
+        change with the number of GPUs and the micro-batching); default the old log-probs (all a loss call has).
+    :returns: bool tensor shaped like ``old_log_prob``: the selected tokens.
     """
     mask = response_mask.bool()
     if key is not None and key.shape != old_log_prob.shape:

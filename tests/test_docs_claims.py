@@ -1,0 +1,160 @@
+"""Sentences of the docs that a script can check: each test reads the source of the claim (the code, the results
+file, the command's own output) and the page that states it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from omegaconf import OmegaConf
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+NUMBERS = {7: "seven", 8: "eight", 9: "nine", 10: "ten"}
+
+
+def test_cpu_mode_counts_its_upstream_workarounds():
+    """One workaround per numbered entry of ``verl_ext/cpu/workarounds.py``'s docstring, plus the one in
+    ``verl_ext/cpu/precision.py``; cpu_mode.md numbers one table row each, and it and the README say how many."""
+    import verl_ext.cpu.precision as precision
+    import verl_ext.cpu.workarounds as workarounds
+
+    listed = re.findall(r"^(\d+)\. :(?:func|class):`(\w+)`", workarounds.__doc__, flags=re.M)
+    assert [int(n) for n, _ in listed] == list(range(1, len(listed) + 1)), listed
+    assert all(hasattr(workarounds, name) for _, name in listed), listed
+    assert hasattr(precision, "fp32_log_probs_for_verl_engine")
+    count = len(listed) + 1
+    page = (DOCS / "cpu_mode.md").read_text()
+    rows = [int(n) for n in re.findall(r"^\| (\d+) \| `", page, flags=re.M)]
+    assert rows == list(range(1, count + 1)), rows
+    word = NUMBERS[count]
+    assert f"{word} small workarounds" in page
+    assert f"{word} small upstream workarounds" in " ".join((ROOT / "README.md").read_text().split())
+    assert not any(f"{w} small" in page for n, w in NUMBERS.items() if n != count)
+
+
+def test_the_cpu_recipes_entropy_falls_as_cpu_mode_says():
+    """cpu_mode.md: on the CPU recipe, vanilla's entropy "falls within a few dozen steps" (its results file)."""
+    assert "results_autopilot_recipe_cpu.json" in (DOCS / "cpu_mode.md").read_text()
+    runs = json.loads((ROOT / "benchmarks/results/results_autopilot_recipe_cpu.json").read_text())["runs"]
+    entropy = next(r["entropy"] for r in runs if r["variant"] == "vanilla" and r["seed"] == 0)
+    assert len(entropy) == 40 and entropy[19] < entropy[0] - 1 and entropy[39] < entropy[0] - 1, entropy
+
+
+def test_train_md_shows_its_dry_runs_own_output(tmp_path):
+    """The dry-run summary printed in train.md is what its command prints now."""
+    page = (DOCS / "train.md").read_text()
+    section = page[page.index("## Dry run"):]
+    command = re.search(r"```bash\n(python -m verl_ext.main_ppo verl_ext.dry_run=true.*?)```", section, flags=re.S)
+    shown = re.search(r"```text\n(verl_ext dry run.*?)```", section, flags=re.S)
+    assert command and shown
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RAY_"))}
+    env.update(HOME=str(tmp_path), PYTHON=sys.executable,
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")  # fmt: skip
+    res = subprocess.run(["bash", "-c", command.group(1).replace("\\\n", " ")], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    printed = res.stdout[res.stdout.index("verl_ext dry run"):]
+    assert printed.strip() == shown.group(1).strip(), printed
+
+
+def test_the_controller_acts_through_the_selection_only_on_cov_ratio():
+    """autopilot.md: on ``actuator=cov_ratio`` the controller needs batch-scope ``clip_cov`` / ``kl_cov``;
+    ``entropy_coef`` and ``pos_weight`` act in the actor loss, with any policy loss."""
+    from verl_ext.checks.validation import check_actuator
+    from verl_ext.config import ConfigError
+
+    assert "On `actuator=cov_ratio` it acts only through the batch-scope selection" in " ".join(
+        (DOCS / "autopilot.md").read_text().split())
+
+    def config(loss: str, scope: str = "batch"):
+        return OmegaConf.create({"actor_rollout_ref": {"actor": {"entropy_coeff": 0, "policy_loss": {
+            "loss_mode": loss, "cov_scope": scope}}}})  # fmt: skip
+
+    check_actuator(config("clip_cov"), SimpleNamespace(actuator="cov_ratio"))
+    for loss, scope in (("vanilla", "batch"), ("clip_cov", "micro")):
+        with pytest.raises(ConfigError, match="actuator=cov_ratio"):
+            check_actuator(config(loss, scope), SimpleNamespace(actuator="cov_ratio"))
+    for actuator in ("entropy_coef", "pos_weight"):
+        for loss in ("vanilla", "grpo_erc", "high_entropy"):
+            check_actuator(config(loss), SimpleNamespace(actuator=actuator))
+
+
+def test_the_gpu_path_says_it_never_ran_on_a_gpu():
+    """The GPU getting-started page and the README's GPU section say plainly that nothing ran on a GPU."""
+    assert "No GPU run of verl_ext exists" in (DOCS / "gpu_quickstart.md").read_text()
+    readme = (ROOT / "README.md").read_text()
+    gpu = readme[readme.index("## Train on a GPU cluster"):readme.index("## CPU mode")]
+    assert "Untested on GPU" in gpu and "docs/gpu_quickstart.md" in gpu
+
+
+def test_the_readmes_loss_and_trainer_figures_are_their_files():
+    """The README's Results rows for the losses' time / memory and the trainer's step time are the results files'."""
+    readme = (ROOT / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| loss time / memory vs verl's vanilla"))
+    losses = json.loads((ROOT / "benchmarks/results/results_cpu.json").read_text())["losses"]
+    by_name = {r["loss"]: r for r in losses}
+    for name, shown in (("clip_cov batch scope", "`clip_cov`"), ("kl_cov batch scope", "`kl_cov`"),
+                        ("grpo_erc", "`grpo_erc`")):  # fmt: skip
+        r = by_name[name]
+        assert f"{shown} {r['time_ratio']:.2f}x / {r['mem_ratio']:.2f}x" in row, (name, row)
+    row = next(line for line in readme.splitlines() if line.startswith("| verl_ext's trainer vs verl's, step time"))
+    summary = json.loads((ROOT / "benchmarks/results/results_trainer_cpu.json").read_text())["summary"]
+    shown = f"{summary['verl_ext vanilla']['step_ratio']:.3f}x / {summary['verl_ext clip_cov']['step_ratio']:.3f}x"
+    assert shown in row, (shown, row)
+
+
+def test_the_readmes_update_memory_figures_are_their_file():
+    """README: ERC / high_entropy / entropy_adv peak at 1.000x vanilla's with the recipes' settings, and verl's
+    entropy_checkpointing at 1.73x / 1.76x (SmolLM2's / Qwen2.5's vocabulary)."""
+    readme = (ROOT / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| update peak memory, ERC"))
+    rows = json.loads((ROOT / "benchmarks/results/results_memory_cpu.json").read_text())["rows"]
+    plain = [r["peak_ratio"] for r in rows if r["loss"] in ("grpo_erc", "high_entropy", "entropy_adv")
+             and r["mode"] == "plain"]  # fmt: skip
+    assert len(plain) == 6 and all(f"{x:.3f}" == "1.000" for x in plain) and "1.000x" in row, plain
+    ckpt = {r["model"]: r["peak_ratio"] for r in rows if r["loss"] == "grpo_erc" and r["mode"] == "checkpointing"}
+    assert f"{ckpt['smollm2']:.2f}x / {ckpt['qwen2.5']:.2f}x" in row, (ckpt, row)
+
+
+def test_the_readmes_controller_figures_are_the_results_pages():
+    """README: the default controller's rows quote the tables results.md prints from the scripts (and
+    tests/benchmarks/test_results_page.py checks those against the scripts)."""
+    readme = (ROOT / "README.md").read_text()
+    results = (DOCS / "results.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| `auto` at 0.3 nats, median of 3 seeds"))
+    for actuator, label in (("entropy_coef", "coefficient"), ("cov_ratio", "Clip-Cov's ratio")):
+        median = re.search(rf"^\| {actuator} \| 3 \| ([\d.]+) \| ([\d.]+) \| (\d+)% \|", results, flags=re.M)
+        assert median, actuator
+        assert f"{label} {median[1]} / {median[2]} / {median[3]} %" in row, (median.groups(), row)
+    row = next(line for line in readme.splitlines() if line.startswith("| `auto` on the toy"))
+    section = results[results.index("### The default controller on the toy"):]
+    toy = re.search(r"^\| autopilot \| [^|]+ \| [^|]+ \| ([\d.]+)% \(", section, flags=re.M)
+    assert toy and f"| {toy[1]} % (" in row, (toy, row)
+
+
+def test_the_readmes_evaluation_figures_are_the_results_page():
+    """README: 12 configurations x 3 seeds, the base model's avg@32, the range of the configurations' means, and every
+    configuration's range overlapping vanilla's - as results.md's checked table of real_model_runs.py prints them."""
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    results = (DOCS / "results.md").read_text()
+    ranges = {}
+    start = results.index("<!-- table: python -m benchmarks.real_model_runs -->")
+    table = results[start:results.index("<!-- /table -->", start)]
+    for name, cells in re.findall(r"^\| (.+?) \| (?:seeds|seed 0 twice)[^|]* \|(.*)$", table, flags=re.M):
+        mean, lo, hi = re.findall(r"([\d.]+) \(([\d.]+)-([\d.]+)\)", cells)[6]  # avg@32, the 7th figure
+        ranges[name] = (float(mean), float(lo), float(hi))
+    assert len(ranges) == 12, ranges
+    base = re.search(r"^base \(warmed up, step 0\): avg@32 ([\d.]+)", results, flags=re.M)[1]
+    means = sorted(mean for mean, _, _ in ranges.values())
+    _, vlo, vhi = ranges["vanilla GRPO"]
+    assert "12 configurations x 3 seeds" in readme
+    shown = f"base {base}; means {means[0]:.3f}-{means[-1]:.3f}, each range overlapping vanilla's {vlo:.3f}-{vhi:.3f}"
+    assert shown in readme, shown
+    assert all(lo <= vhi and hi >= vlo for _, lo, hi in ranges.values()), ranges
