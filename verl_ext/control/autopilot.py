@@ -136,8 +136,8 @@ class EntropyControlConfig(PrefixedConfig):
     coef_min: float = 0.0
     """``entropy_coef``: smallest coefficient (default 0 with every controller, Skywork-OR1's ``MIN_ENT_COEF`` of their
     ``or1_scripts/train/*.sh``: the term only ever raises entropy). ``pi``, ``skywork`` and ``entropic`` take it >= 0;
-    ``pi`` works in log space: with 0 its range starts at ``coef_max x`` :data:`~verl_ext.control.controllers.
-    LOG_FLOOR`. ``auto`` takes it down to ``-coef_max``: a negative coefficient turns the entropy term into entropy
+    ``pi`` works in log space: with 0 its range starts at ``coef_max x``
+    :data:`~verl_ext.control.controllers.LOG_FLOOR`. ``auto`` takes it down to ``-coef_max``: a negative coefficient turns the entropy term into entropy
     *minimisation* (the loss rewards sharper distributions), which makes the control two-sided - opt in by setting
     it below 0."""
 

@@ -248,8 +248,8 @@ class SelfTuningController:
                              f"values; auto_lag={self.lag} keeps at most {self.lag + 1}")  # fmt: skip
 
     def step(self, target: float, entropy: float, actuator: Actuator) -> ControlStep:
-        """The step's value given a measured ``entropy`` (finite and > 0: :class:`~verl_ext.control.autopilot.
-        EntropyController` holds the actuator on any other)."""
+        """The step's value given a measured ``entropy`` (finite and > 0:
+        :class:`~verl_ext.control.autopilot.EntropyController` holds the actuator on any other)."""
         if not (math.isfinite(entropy) and entropy > 0):
             raise ValueError(f"auto takes a finite entropy > 0; got {entropy!r}")
         st = self.state

@@ -1,5 +1,5 @@
 """Entropy Ratio Clipping (Su et al., arXiv 2512.05591): the gradient mask shared by ``grpo_erc`` and
-``gppo_erc``.
+``gppo_erc``::
 
     rho_i  = 1                                  if H_i < f and H_old_i < f     (f = ERC_ENTROPY_FLOOR, 1e-3 nats)
            = (H_i + 1e-8) / (H_old_i + 1e-8)    otherwise                      (the paper's ratio)
