@@ -139,3 +139,59 @@ def test_a_healthy_run_is_left_alone_and_a_failed_read_is_not_a_death(tmp_path, 
     dog.join(10)
     assert not fired.is_set() and dog.report is None
     assert "could not read Ray's actor table (ConnectionError('GCS busy')); still watching" in capsys.readouterr().err
+
+
+def test_an_engine_dead_inside_a_live_server_actor_is_reported_after_it_was_healthy(tmp_path):
+    """The weight sync's hang: vLLM's engine process dies, verl's server actor lives on. Its /health decides: never
+    reported before one healthy answer (a server still starting), a slow answer (None) is no failure, and
+    HEALTH_FAILURES refusals in a row are."""
+    server = {**entry(cls="vLLMHttpServer"), "Name": "vllm_server_0_0", "RayNamespace": "ns"}
+    answers = iter([False, True, None, False, True, False, False])  # starting, healthy, busy, one miss, dead x2
+    asked, fired = [], threading.Event()
+
+    def health(address):
+        asked.append(address)
+        return next(answers)
+
+    log = tmp_path / "run.jsonl"
+    log.write_text(json.dumps({"step": 2}) + "\n")
+    dog = wd.Watchdog(run_log=str(log), poll_s=0.01, table=lambda: {"s": server}, job_id=lambda: JOB,
+                      ready=lambda: True, address=lambda e: "127.0.0.1:8000" if e["Name"] == "vllm_server_0_0" else None,
+                      health=health, on_death=fired.set)  # fmt: skip
+    dog.start()
+    assert fired.wait(10)
+    dog.stop()
+    dog.join(10)
+    assert len(asked) == 7 and set(asked) == {"127.0.0.1:8000"}
+    assert dog.report.startswith("Ray actor vLLMHttpServer 'vllm_server_0_0' (id 79443d9d235f, pid 4242, node "
+                                 "127.0.0.1) died: ENGINE_DEAD: its vLLM engine answers no more at "
+                                 "http://127.0.0.1:8000/health (2 checks in a row) although the actor lives")  # fmt: skip
+    assert "last completed step 2" in dog.report
+
+
+def test_engine_health_reads_vllms_answer(monkeypatch):
+    import urllib.error
+    import urllib.request
+
+    class Answer:
+        status = 200
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    def fake(outcome):
+        def urlopen(url, timeout):
+            assert url == "http://h:1/health" and timeout == wd.HEALTH_TIMEOUT_S
+            if isinstance(outcome, BaseException):
+                raise outcome
+            return Answer()
+        return urlopen
+
+    for outcome, want in [(None, True), (urllib.error.HTTPError("u", 503, "dead", {}, None), False),
+                          (urllib.error.URLError(ConnectionRefusedError()), False), (ConnectionRefusedError(), False),
+                          (TimeoutError(), None), (urllib.error.URLError(TimeoutError()), None)]:  # fmt: skip
+        monkeypatch.setattr(urllib.request, "urlopen", fake(outcome))
+        assert wd.engine_health("h:1") is want, outcome

@@ -6,7 +6,11 @@ was seen waiting in ``update_weights`` for ever after Ray's memory monitor kille
 Ray's actor table (the GCS's own; no dashboard needed) every :data:`POLL_S` seconds from the entry point's process.
 The first actor of this job found dead by anything but an intended end (``ray.kill``, its own exit, its handle going
 out of scope) is reported - its class, name, pid, node and Ray's reason - with the last step the run's file log
-completed and the latest checkpoint; the entry point's main thread is then interrupted, and ``python -m
+completed and the latest checkpoint. A vLLM engine can also die inside a live Ray actor (the engine process killed or
+crashed: verl's ``vLLMHttpServer`` actor stays, and the weight sync waits on the dead engine for ever), so the
+watchdog also asks each rollout server's HTTP ``/health`` (vLLM's own endpoint, the address verl's server reports):
+after one healthy answer, :data:`HEALTH_FAILURES` answers in a row that say the engine is dead (an HTTP error status
+or a refused connection; a slow answer is not one) are reported as that server's death; the entry point's main thread is then interrupted, and ``python -m
 verl_ext.main_ppo`` shuts Ray down and exits 1. If the main thread does not stop within :data:`EXIT_GRACE_S`, the
 process exits 1 by itself.
 
@@ -34,6 +38,12 @@ EXIT_GRACE_S = 60.0
 INTENDED_REASONS = ("RAY_KILL", "OUT_OF_SCOPE", "REF_DELETED", "OWNER_DIED")
 """``ActorDiedErrorContext.reason`` values not reported: an actor someone meant to end (verl's own clean-up kills
 actors), and one that ended with its owner (the owner's own death is what is reported, or the run's normal end)."""
+SERVER_CLASSES = ("vLLMHttpServer",)
+"""verl's rollout server actors whose engine's ``/health`` is asked (``verl/workers/rollout/vllm_rollout``)."""
+HEALTH_FAILURES = 2
+"""Answers in a row that say an engine is dead before it is reported (after one healthy answer)."""
+HEALTH_TIMEOUT_S = 10.0
+"""Seconds a ``/health`` request (and the server's address) may take; longer is a busy engine, not a dead one."""
 CHECKPOINT_TRACKER = "latest_checkpointed_iteration.txt"
 """verl's record of the latest complete checkpoint, in ``trainer.default_local_dir``."""
 
@@ -105,6 +115,35 @@ def latest_checkpoint(ckpt_dir: str | None) -> str | None:
     return f"global_step_{step}" if step else None
 
 
+def server_address(entry: dict[str, Any]) -> str | None:
+    """``host:port`` of a rollout server actor's HTTP endpoint (its ``get_server_address``), or ``None`` before it
+    has one."""
+    import ray
+
+    handle = ray.get_actor(entry["Name"], namespace=entry.get("RayNamespace"))
+    host, port = ray.get(handle.get_server_address.remote(), timeout=HEALTH_TIMEOUT_S)
+    return f"{host}:{port}" if host and port else None
+
+
+def engine_health(address: str) -> bool | None:
+    """``True``: ``/health`` answered 200; ``False``: the engine is dead (an error status, or the connection
+    refused); ``None``: no answer in time (busy)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://{address}/health", timeout=HEALTH_TIMEOUT_S) as answer:
+            return answer.status == 200
+    except urllib.error.HTTPError:
+        return False
+    except (ConnectionRefusedError, ConnectionResetError):
+        return False
+    except urllib.error.URLError as exc:
+        return False if isinstance(exc.reason, (ConnectionRefusedError, ConnectionResetError)) else None
+    except (TimeoutError, OSError):
+        return None
+
+
 def ray_actor_table() -> dict[str, dict[str, Any]]:
     """Ray's actor table from the GCS (``ray._private.state.actors``: no dashboard needed)."""
     from ray._private import state
@@ -131,12 +170,16 @@ class Watchdog(threading.Thread):
     def __init__(self, run_log: str | None = None, ckpt_dir: str | None = None, poll_s: float = POLL_S,
                  table: Callable[[], dict[str, dict[str, Any]]] = ray_actor_table,
                  job_id: Callable[[], str] = current_job_id, ready: Callable[[], bool] | None = None,
+                 address: Callable[[dict[str, Any]], str | None] = server_address,
+                 health: Callable[[str], bool | None] = engine_health,
                  on_death: Callable[[], None] = interrupt_main, grace_s: float = EXIT_GRACE_S,
                  exit_process: Callable[[int], None] = os._exit) -> None:  # fmt: skip
         super().__init__(name="verl_ext-watchdog", daemon=True)
         self.run_log, self.ckpt_dir, self.poll_s, self.grace_s = run_log, ckpt_dir, poll_s, grace_s
         self._table, self._job_id, self._on_death, self._exit = table, job_id, on_death, exit_process
         self._ready = ready or _ray_initialized
+        self._address, self._health = address, health
+        self._servers: dict[str, dict[str, Any]] = {}  # actor id -> address, seen healthy, failures in a row
         self._stopped = threading.Event()
         self.report: str | None = None
 
@@ -145,12 +188,36 @@ class Watchdog(threading.Thread):
         self._stopped.set()
 
     def check(self, job: str) -> Death | None:
-        """The first unexpected death among ``job``'s actors in the table now."""
-        for entry in self._table().values():
-            if str(entry.get("JobID")) == job:
-                death = death_of(entry)
+        """The first unexpected death among ``job``'s actors in the table now, or of a rollout server's engine."""
+        entries = [e for e in self._table().values() if str(e.get("JobID")) == job]
+        for entry in entries:
+            death = death_of(entry)
+            if death is not None:
+                return death
+        for entry in entries:
+            if entry.get("State") == "ALIVE" and entry.get("ActorClassName") in SERVER_CLASSES and entry.get("Name"):
+                death = self._engine_death(entry)
                 if death is not None:
                     return death
+        return None
+
+    def _engine_death(self, entry: dict[str, Any]) -> Death | None:
+        known = self._servers.setdefault(str(entry.get("ActorID")), {"address": None, "healthy": False, "failed": 0})
+        if known["address"] is None:
+            known["address"] = self._address(entry)
+            if known["address"] is None:
+                return None
+        answer = self._health(known["address"])
+        if answer is True:
+            known["healthy"], known["failed"] = True, 0
+        elif answer is False and known["healthy"]:
+            known["failed"] += 1
+            if known["failed"] >= HEALTH_FAILURES:
+                death = death_of({**entry, "State": "DEAD"}) or Death("?", "?", "", "?", "?", "", "")
+                return Death(actor_id=death.actor_id, class_name=death.class_name, name=death.name, pid=death.pid,
+                             node=death.node, reason="ENGINE_DEAD",
+                             detail=f"its vLLM engine answers no more at http://{known['address']}/health "
+                                    f"({known['failed']} checks in a row) although the actor lives")  # fmt: skip
         return None
 
     def run(self) -> None:  # noqa: D102 (threading.Thread)
@@ -186,5 +253,6 @@ def _ray_initialized() -> bool:
     return ray.is_initialized()
 
 
-__all__ = ["CHECKPOINT_TRACKER", "Death", "EXIT_GRACE_S", "INTENDED_REASONS", "POLL_S", "Watchdog", "death_of",
-           "interrupt_main", "last_step", "latest_checkpoint", "ray_actor_table"]  # fmt: skip
+__all__ = ["CHECKPOINT_TRACKER", "Death", "EXIT_GRACE_S", "HEALTH_FAILURES", "HEALTH_TIMEOUT_S", "INTENDED_REASONS",
+           "POLL_S", "SERVER_CLASSES", "Watchdog", "death_of", "engine_health", "interrupt_main", "last_step",
+           "latest_checkpoint", "ray_actor_table", "server_address"]  # fmt: skip
