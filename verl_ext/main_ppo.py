@@ -158,7 +158,7 @@ def run(config: DictConfig) -> int:
     watchdog.start()
     try:
         run_ppo(config, task_runner_class=task_runner_class(config))
-    except KeyboardInterrupt:
+    except BaseException:  # the watchdog ended the TaskRunner: verl's wait on it raises (RayActorError)
         if watchdog.report is None:
             raise
         import ray

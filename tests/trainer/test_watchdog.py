@@ -95,7 +95,8 @@ def run_watchdog(tables: list[dict], tmp_path, grace_s: float = 5.0):
     log.write_text(json.dumps({"step": 7}) + "\n")
     (tmp_path / wd.CHECKPOINT_TRACKER).write_text("5")
     dog = wd.Watchdog(run_log=str(log), ckpt_dir=str(tmp_path), poll_s=0.01, table=table, job_id=lambda: JOB,
-                      ready=lambda: True, on_death=fired.set, grace_s=grace_s, exit_process=exits.append)  # fmt: skip
+                      ready=lambda: True, on_death=fired.set, grace_s=grace_s, exit_process=exits.append,
+                      shutdown=lambda: exits.append("shutdown"))  # fmt: skip
     dog.start()
     return dog, fired, exits
 
@@ -110,7 +111,7 @@ def test_the_first_unexpected_death_of_this_job_stops_the_run_naming_it(tmp_path
     dog.join(10)
     assert dog.report.startswith("Ray actor ActorRolloutRefWorker (id 79443d9d235f, pid 4242, node 127.0.0.1) died: "
                                  "WORKER_DIED")  # fmt: skip
-    assert "last completed step 7, latest checkpoint global_step_5 in" in dog.report
+    assert "last completed step 7, latest checkpoint global_step_5 in" in dog.report  # the later of log and checkpoint
     assert f"error: {dog.report}" in capsys.readouterr().err and exits == []
 
 
@@ -118,7 +119,7 @@ def test_a_main_thread_that_does_not_stop_is_followed_by_the_process_exit(tmp_pa
     dog, fired, exits = run_watchdog([{"a": entry("DEAD", oom())}], tmp_path, grace_s=0.05)
     assert fired.wait(10)
     dog.join(10)
-    assert exits == [1] and "OUT_OF_MEMORY" in dog.report
+    assert exits == ["shutdown", 1] and "OUT_OF_MEMORY" in dog.report
 
 
 def test_a_healthy_run_is_left_alone_and_a_failed_read_is_not_a_death(tmp_path, capsys):
@@ -195,3 +196,20 @@ def test_engine_health_reads_vllms_answer(monkeypatch):
                           (TimeoutError(), None), (urllib.error.URLError(TimeoutError()), None)]:  # fmt: skip
         monkeypatch.setattr(urllib.request, "urlopen", fake(outcome))
         assert wd.engine_health("h:1") is want, outcome
+
+
+def test_the_default_action_ends_the_runs_task_runner_by_its_actor_id(tmp_path):
+    """The entry point waits on the TaskRunner with ray.get, which no signal interrupts (seen on the CPU recipe): the
+    watchdog ends that actor (Ray's kill, by id), which returns the wait; other actors are left to Ray's shutdown."""
+    runner = {**entry(cls="VerlExtTaskRunnerV1Impl"), "ActorID": "aa" * 16}
+    ended = []
+    dog = wd.Watchdog(poll_s=0.01, table=lambda: {"r": runner, "w": entry("DEAD", KILLED)}, job_id=lambda: JOB,
+                      ready=lambda: True, end_actor=ended.append, grace_s=5, exit_process=lambda code: None)  # fmt: skip
+    dog.start()
+    for _ in range(1000):
+        if ended:
+            break
+        threading.Event().wait(0.01)
+    dog.stop()
+    dog.join(10)
+    assert ended == ["aa" * 16] and dog.report is not None

@@ -10,9 +10,10 @@ completed and the latest checkpoint. A vLLM engine can also die inside a live Ra
 crashed: verl's ``vLLMHttpServer`` actor stays, and the weight sync waits on the dead engine for ever), so the
 watchdog also asks each rollout server's HTTP ``/health`` (vLLM's own endpoint, the address verl's server reports):
 after one healthy answer, :data:`HEALTH_FAILURES` answers in a row that say the engine is dead (an HTTP error status
-or a refused connection; a slow answer is not one) are reported as that server's death; the entry point's main thread is then interrupted, and ``python -m
-verl_ext.main_ppo`` shuts Ray down and exits 1. If the main thread does not stop within :data:`EXIT_GRACE_S`, the
-process exits 1 by itself.
+or a refused connection; a slow answer is not one) are reported as that server's death. The watchdog then ends the run's TaskRunner actor (Ray's own kill, by its
+actor id: the entry point's ``ray.get`` on it returns at once, which a signal does not make it do), and ``python -m
+verl_ext.main_ppo`` shuts Ray down and exits 1. If the entry point has not stopped within :data:`EXIT_GRACE_S`, Ray
+is shut down from the watchdog's thread (for at most :data:`SHUTDOWN_S`) and the process exits 1.
 
 A checkpoint is whole once verl has recorded it in ``latest_checkpointed_iteration.txt`` (it writes that file after
 the checkpoint's folder), so stopping mid-step leaves the latest recorded checkpoint intact and ``trainer.resume_mode=
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 import threading
 from collections.abc import Callable
@@ -34,7 +34,11 @@ from typing import Any
 POLL_S = 5.0
 """Seconds between two reads of Ray's actor table."""
 EXIT_GRACE_S = 60.0
-"""Seconds the main thread has to stop after the interrupt before the process exits by itself."""
+"""Seconds the entry point has to stop after the TaskRunner is ended before the process exits by itself."""
+SHUTDOWN_S = 20.0
+"""Seconds the watchdog's own ``ray.shutdown`` may take before the process exits without it."""
+TASK_RUNNER_PREFIX = "VerlExtTaskRunner"
+"""verl_ext's TaskRunner actor classes (:mod:`verl_ext.trainer`): the actor whose end returns the entry point's wait."""
 INTENDED_REASONS = ("RAY_KILL", "OUT_OF_SCOPE", "REF_DELETED", "OWNER_DIED")
 """``ActorDiedErrorContext.reason`` values not reported: an actor someone meant to end (verl's own clean-up kills
 actors), and one that ended with its owner (the owner's own death is what is reported, or the run's normal end)."""
@@ -157,10 +161,20 @@ def current_job_id() -> str:
     return ray.get_runtime_context().get_job_id()
 
 
-def interrupt_main() -> None:
-    """What a real Ctrl-C does: SIGINT to this process, which Python's handler turns into ``KeyboardInterrupt`` in
-    the main thread (``ray.get`` checks for signals while it waits)."""
-    os.kill(os.getpid(), signal.SIGINT)
+def kill_actor(actor_id: str) -> None:
+    """End an actor by its id, as ``ray.kill`` does with a handle (``CoreWorker.kill_actor``, no restart)."""
+    import ray
+
+    ray._private.worker.global_worker.core_worker.kill_actor(ray.ActorID.from_hex(actor_id), True)
+
+
+def shutdown_ray(timeout_s: float = SHUTDOWN_S) -> None:
+    """``ray.shutdown()`` in a thread of its own, waited for at most ``timeout_s``."""
+    import ray
+
+    done = threading.Thread(target=ray.shutdown, daemon=True)
+    done.start()
+    done.join(timeout_s)
 
 
 class Watchdog(threading.Thread):
@@ -172,11 +186,14 @@ class Watchdog(threading.Thread):
                  job_id: Callable[[], str] = current_job_id, ready: Callable[[], bool] | None = None,
                  address: Callable[[dict[str, Any]], str | None] = server_address,
                  health: Callable[[str], bool | None] = engine_health,
-                 on_death: Callable[[], None] = interrupt_main, grace_s: float = EXIT_GRACE_S,
+                 on_death: Callable[[], None] | None = None, grace_s: float = EXIT_GRACE_S,
+                 end_actor: Callable[[str], None] = kill_actor, shutdown: Callable[[], None] = shutdown_ray,
                  exit_process: Callable[[int], None] = os._exit) -> None:  # fmt: skip
         super().__init__(name="verl_ext-watchdog", daemon=True)
         self.run_log, self.ckpt_dir, self.poll_s, self.grace_s = run_log, ckpt_dir, poll_s, grace_s
-        self._table, self._job_id, self._on_death, self._exit = table, job_id, on_death, exit_process
+        self._table, self._job_id, self._exit, self._end_actor, self._shutdown = table, job_id, exit_process, end_actor, shutdown
+        self._on_death = on_death or self.end_task_runner
+        self._entries: list[dict[str, Any]] = []
         self._ready = ready or _ray_initialized
         self._address, self._health = address, health
         self._servers: dict[str, dict[str, Any]] = {}  # actor id -> address, seen healthy, failures in a row
@@ -189,7 +206,7 @@ class Watchdog(threading.Thread):
 
     def check(self, job: str) -> Death | None:
         """The first unexpected death among ``job``'s actors in the table now, or of a rollout server's engine."""
-        entries = [e for e in self._table().values() if str(e.get("JobID")) == job]
+        entries = self._entries = [e for e in self._table().values() if str(e.get("JobID")) == job]
         for entry in entries:
             death = death_of(entry)
             if death is not None:
@@ -200,6 +217,12 @@ class Watchdog(threading.Thread):
                 if death is not None:
                     return death
         return None
+
+    def end_task_runner(self) -> None:
+        """End the run's TaskRunner actor (the default action on a death): the entry point's wait on it returns."""
+        for entry in self._entries:
+            if entry.get("State") == "ALIVE" and str(entry.get("ActorClassName", "")).startswith(TASK_RUNNER_PREFIX):
+                self._end_actor(str(entry["ActorID"]))
 
     def _engine_death(self, entry: dict[str, Any]) -> Death | None:
         known = self._servers.setdefault(str(entry.get("ActorID")), {"address": None, "healthy": False, "failed": 0})
@@ -234,15 +257,18 @@ class Watchdog(threading.Thread):
                 continue
             if death is None:
                 continue
-            step, ckpt = last_step(self.run_log), latest_checkpoint(self.ckpt_dir)
+            ckpt = latest_checkpoint(self.ckpt_dir)  # a step's checkpoint is written before its log line
+            known = [n for n in (last_step(self.run_log), ckpt and int(ckpt.removeprefix("global_step_"))) if n]
+            step = max(known) if known else None
             self.report = (f"{death.describe()}. The run cannot progress and stops: last completed step "
                            f"{step if step is not None else 'unknown (no file log)'}, latest checkpoint "
                            f"{ckpt or 'none'}{f' in {self.ckpt_dir}' if ckpt else ''}")  # fmt: skip
             print(f"error: {self.report}", file=sys.stderr, flush=True)
             self._on_death()
             if not self._stopped.wait(self.grace_s):
-                print(f"error: the run did not stop within {self.grace_s:.0f} s of the interrupt: exiting",
+                print(f"error: the run did not stop within {self.grace_s:.0f} s: shutting Ray down and exiting",
                       file=sys.stderr, flush=True)  # fmt: skip
+                self._shutdown()
                 self._exit(1)
             return
 
@@ -254,5 +280,5 @@ def _ray_initialized() -> bool:
 
 
 __all__ = ["CHECKPOINT_TRACKER", "Death", "EXIT_GRACE_S", "HEALTH_FAILURES", "HEALTH_TIMEOUT_S", "INTENDED_REASONS",
-           "POLL_S", "SERVER_CLASSES", "Watchdog", "death_of", "engine_health", "interrupt_main", "last_step",
-           "latest_checkpoint", "ray_actor_table", "server_address"]  # fmt: skip
+           "POLL_S", "SERVER_CLASSES", "SHUTDOWN_S", "TASK_RUNNER_PREFIX", "Watchdog", "death_of", "engine_health",
+           "kill_actor", "last_step", "latest_checkpoint", "ray_actor_table", "server_address", "shutdown_ray"]  # fmt: skip
