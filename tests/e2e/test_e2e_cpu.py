@@ -415,3 +415,43 @@ def test_demo_reports_its_run_and_the_replacement_is_announced_once(runs, assets
     announced = [line for line in run.output.splitlines() if "replacing verl's built-ins" in line]
     assert len(announced) == 1, announced
     assert "engine is not available" not in run.output  # CPU mode silences verl's notices about unused engines
+
+
+# ----------------------------------------------------------------------------------------------------------
+# a rollout engine that dies during the weight sync
+# ----------------------------------------------------------------------------------------------------------
+
+def test_an_engine_killed_during_the_weight_sync_stops_the_run_naming_it(assets):
+    """vLLM's engine process killed during the third weight sync (after step 2's checkpoint; verl's server actor
+    lives on, and verl's trainer would wait in update_weights for ever): the entry point's watchdog finds the engine
+    dead through its /health and stops the run within about a minute - exit 1, a line naming the server, the last
+    completed step and the checkpoint - and the checkpoint of step 2 is whole (verl recorded it; its actor shards and
+    verl_ext's state are there)."""
+    name, kill_log = "engine_killed", assets / "engine_killed.kills"
+    env = "ray_kwargs.ray_init.runtime_env.env_vars"
+    injection = (f"+{env}.PYTHONPATH={Path(__file__).parent}", f"+{env}.VERL_USE_EXTERNAL_MODULES=_kill_engine_at_sync",
+                 f"+{env}.VERL_EXT_TEST_KILL_AT_SYNC='3'", f"+{env}.VERL_EXT_TEST_KILL_LOG={kill_log}")  # fmt: skip
+    proc = subprocess.Popen(recipe_command("trainer.save_freq=1", "trainer.total_training_steps=4", *injection),
+                            env=recipe_env(assets, name, "clip_cov"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, cwd=assets, start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 600
+        while not kill_log.exists():
+            assert proc.poll() is None, f"exited ({proc.returncode}) before the engine was killed:\n{proc.stdout.read()[-3000:]}"
+            assert time.monotonic() < deadline, "the third weight sync did not come within 600 s"
+            time.sleep(0.2)
+        killed_at = time.monotonic()
+        output = proc.communicate(timeout=180)[0]
+        stopped_after = time.monotonic() - killed_at
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert "kills its parent" in kill_log.read_text()
+    assert proc.returncode == 1, output[-3000:]
+    line = next(x for x in output.splitlines() if x.startswith("verl_ext: stopped: "))
+    assert "Ray actor vLLMHttpServer 'vllm_server_" in line and "died: ENGINE_DEAD" in line, line
+    assert "last completed step 2, latest checkpoint global_step_2" in line, line
+    assert stopped_after < 120, f"stopped {stopped_after:.0f} s after the kill"
+    ckpts = assets / "ckpts" / name
+    assert (ckpts / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
+    assert any((ckpts / "global_step_2" / "actor").glob("model_world_size_*_rank_0.pt"))
