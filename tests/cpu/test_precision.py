@@ -1,6 +1,7 @@
 """CPU mode's precision (verl_ext.cpu.precision): bf16 where the CPU has bf16 instructions, fp32 elsewhere, forced
-either way by VERL_EXT_CPU_PRECISION; the composed config follows it, a bf16 key on a CPU without bf16 is a config
-error naming the key, and the start-up line says what was chosen and why."""
+either way by ``verl_ext.cpu_precision`` (which the launch variable VERL_EXT_CPU_PRECISION sets); the composed config
+follows it, a precision this CPU cannot run stops the start-up naming it, a bf16 key on a CPU without bf16 is a
+config error naming the key, and the start-up line says what was chosen and why."""
 
 from __future__ import annotations
 
@@ -25,14 +26,24 @@ def cpu(monkeypatch):
     return set_flags
 
 
-def compose_cpu(monkeypatch, *overrides: str):
+def compose_cpu(monkeypatch, *overrides: str, resolve: bool = True):
+    """``python -m verl_ext.main_ppo platform=cpu OVERRIDES``'s config (resolved unless ``resolve=False``), in the
+    environment the entry point runs it in (``VERL_PLATFORM=cpu``, which ``check_platform`` reads)."""
     from hydra import compose, initialize_config_module
 
     monkeypatch.setenv("VERL_PLATFORM", "cpu")
     with initialize_config_module(config_module="verl_ext.configs", version_base=None):
-        cfg = compose("verl_ext_trainer", overrides=list(overrides))
-    OmegaConf.resolve(cfg)
+        cfg = compose("verl_ext_trainer", overrides=["platform=cpu", *overrides])
+    if resolve:
+        OmegaConf.resolve(cfg)
     return cfg
+
+
+def variable_overrides(value: str) -> list[str]:
+    """The overrides ``recipe/launch.sh`` makes of ``VERL_EXT_CPU_PRECISION=value`` (a CPU-mode launch)."""
+    from verl_ext.checks import launch_env
+
+    return launch_env.overrides("cpu_tiny", {precision.VAR: value})
 
 
 def test_cpu_flags_are_read_from_x86_and_arm_cpuinfo(tmp_path):
@@ -94,9 +105,9 @@ def test_on_a_bf16_cpu_the_composed_config_runs_verls_gpu_precision(cpu, monkeyp
 @pytest.mark.parametrize(("flags", "forced"), [(PLAIN_CPU, None), (BF16_CPU, "fp32")])
 def test_without_bf16_or_forced_to_fp32_everything_is_fp32(cpu, monkeypatch, flags, forced):
     cpu(flags)
-    if forced:
+    if forced:  # as a launch with the variable set: its override, and the variable in the environment
         monkeypatch.setenv(precision.VAR, forced)
-    cfg = compose_cpu(monkeypatch)
+    cfg = compose_cpu(monkeypatch, *(variable_overrides(forced) if forced else []))
     arr = cfg.actor_rollout_ref
     for role in (arr.actor, arr.ref):
         assert role.fsdp_config.dtype == "float32" and role.fsdp_config.mixed_precision.param_dtype == "fp32"
@@ -105,15 +116,19 @@ def test_without_bf16_or_forced_to_fp32_everything_is_fp32(cpu, monkeypatch, fla
     assert "fp32 everywhere" in line and (f"{precision.VAR}=fp32" if forced else "has none of") in line
 
 
-def test_forcing_bf16_without_it_stops_the_composition_naming_the_variable(cpu, monkeypatch):
-    from verl_ext.checks.recipe_env import recipe_env_error
+def test_forcing_bf16_without_it_stops_the_start_up_naming_the_variable_or_the_key(cpu, monkeypatch):
+    """The entry point resolves the config first (recipe_startup.resolve): the precision's error is one
+    RecipeStartError naming what asked for bf16, the launch variable or the override."""
+    from verl_ext.checks.recipe_startup import RecipeStartError, resolve
 
     cpu(PLAIN_CPU)
     monkeypatch.setenv(precision.VAR, "bf16")
-    with pytest.raises(Exception) as info:
-        compose_cpu(monkeypatch)
-    error = recipe_env_error(info.value)
-    assert error is not None and str(error).startswith("VERL_EXT_CPU_PRECISION=bf16 is invalid on this CPU")
+    with pytest.raises(RecipeStartError, match=r"^VERL_EXT_CPU_PRECISION=bf16 is invalid on this CPU"):
+        resolve(compose_cpu(monkeypatch, *variable_overrides("bf16"), resolve=False))
+    monkeypatch.delenv(precision.VAR)
+    with pytest.raises(RecipeStartError, match=r"^verl_ext.cpu_precision=bf16 is invalid on this CPU"):
+        resolve(compose_cpu(monkeypatch, "verl_ext.cpu_precision=bf16", resolve=False))
+    assert resolve(compose_cpu(monkeypatch, resolve=False)).actor_rollout_ref.rollout.dtype == "float32"  # auto
 
 
 @pytest.mark.parametrize(
