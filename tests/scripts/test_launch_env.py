@@ -103,6 +103,15 @@ def test_without_variables_the_command_is_the_recipe_and_the_arguments(tmp_path)
                    "dapo_grpo_erc", "trainer.total_training_steps=5", "a.b=c d"]  # fmt: skip
 
 
+def test_scale_cpu_on_the_command_line_takes_the_cpu_variables(tmp_path):
+    """``WORK_DIR=/w bash recipe/dapo_kl_cov.sh scale=cpu``: the launch is CPU mode, so CPU mode's variables apply;
+    the later of SCALE and a ``scale=`` argument decides, as Hydra's composition does."""
+    cmd = command("dapo_kl_cov", tmp_path, "scale=cpu", WORK_DIR="/w", MODEL="smollm2")
+    assert cmd[7:] == ["verl_ext.recipe.work_dir='/w'", "cpu_model=smollm2", "scale=cpu"]
+    res = printed("dapo_kl_cov", tmp_path, "scale=gpu", SCALE="cpu", WORK_DIR="/w")
+    assert res.returncode == 2 and "error: WORK_DIR is set, but it applies to CPU mode" in res.stderr, res.stderr
+
+
 def test_generic_names_are_not_read(tmp_path):
     """STEPS, N, LR, ... in the shell change nothing: the printed command is the one without them."""
     plain = command("gsm8k_grpo_erc", tmp_path)

@@ -509,7 +509,7 @@ def test_scale_cpu_prints_what_it_changes(tmp_path):
 def test_scale_cpu_smollm2_runs_the_dapo_recipe_on_the_real_model_with_its_sizes(tmp_path):
     """cpu_model=smollm2 changes the model, the data folder, the lengths, the learning rate and DAPO's vLLM TP (2 -> 1);
     everything else is the recipe's."""
-    cfg = config("dapo_kl_cov", tmp_path, SCALE="cpu", MODEL="smollm2", WORK_DIR=str(tmp_path / "s"))
+    cfg = config("dapo_kl_cov", tmp_path, "scale=cpu", "cpu_model=smollm2", WORK_DIR=str(tmp_path / "s"))
     real = tmp_path / "s" / "smollm2"
     assert at(cfg, "actor_rollout_ref.model.path") == str(real / "model")
     assert at(cfg, "data.train_files") == [str(real / "data" / "dapo-math-17k.parquet")]
