@@ -34,10 +34,11 @@ recipe_launch() {
     : "${PYTHON:=python3}"
     recipe_switch DRY_RUN
     recipe_switch PRINT_CMD
-    # the environment's overrides, NUL-separated (a bad variable: its error is printed, exit 2)
+    # the environment's overrides, NUL-separated (a bad variable: its error is printed, exit 2); the arguments tell
+    # it whether the launch is CPU mode (scale=cpu)
     local env_overrides=() listed
     listed="$(mktemp)"
-    if ! "$PYTHON" -m verl_ext.checks.launch_env overrides "$name" >"$listed"; then
+    if ! "$PYTHON" -m verl_ext.checks.launch_env overrides "$name" "$@" >"$listed"; then
         rm -f "$listed"
         exit 2
     fi

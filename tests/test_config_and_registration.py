@@ -161,8 +161,9 @@ def test_wheel_ships_configs_and_entry_point(tmp_path):
         assert f"verl_ext/configs/policy_loss/{loss}.yaml" in names
     recipes = {p.name for p in (ROOT / "recipe").iterdir() if p.suffix in (".sh", ".yaml")}
     assert {n.split("/")[-1] for n in names if n.startswith("verl_ext/recipe/") and n.endswith((".sh", ".yaml"))} == recipes
-    for group in ("family", "scale", "scale/model", "loss_actor", "entropy_control", "eval_protocol", "cpu_tiny"):
+    for group in ("family", "scale", "cpu_model", "platform", "loss_actor", "entropy_control", "eval_protocol"):
         assert any(n.startswith(f"verl_ext/configs/{group}/") and n.endswith(".yaml") for n in names), group
+    assert "verl_ext/configs/cpu_run.yaml" in names  # what every CPU-mode recipe shares
     for package in ("testbed", "driver", "checks", "control"):  # the packages of the new layout
         assert f"verl_ext/{package}/__init__.py" in names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))

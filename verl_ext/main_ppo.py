@@ -125,6 +125,9 @@ def run(config: DictConfig) -> int:
     except recipe_startup.RecipeStartError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except ConfigError as exc:  # a bad size that an interpolation computes with (recipe_startup.resolve)
+        print(error_line(exc), file=sys.stderr)
+        return 2
     if OmegaConf.select(config, "verl_ext.dry_run", default=False) is True:
         return dry_run(config)
     try:

@@ -72,9 +72,10 @@ def test_cpu_mode_is_off_next_to_cuda(monkeypatch):
     assert mode.enable_in_process() is False
 
 
-def test_config_group_follows_verl_platform(monkeypatch):
-    """``VERL_PLATFORM=cpu`` selects configs/platform/cpu.yaml; the command line still wins; unset selects
-    nothing."""
+def test_platform_cpu_selects_the_cpu_group_and_the_environment_does_not(monkeypatch):
+    """``platform=cpu`` selects configs/platform/cpu.yaml and the command line still wins over its keys; without it
+    nothing is selected, whatever ``VERL_PLATFORM`` holds (the composition decides CPU mode; the entry point then
+    runs it with the variable set, ``verl_ext.main_ppo.ensure_platform``)."""
     from hydra import compose, initialize_config_module
 
     from verl_ext.cpu import precision
@@ -86,15 +87,17 @@ def test_config_group_follows_verl_platform(monkeypatch):
     monkeypatch.delenv("VERL_PLATFORM", raising=False)
     plain = composed()
     assert plain.trainer.device == "cuda" and plain.actor_rollout_ref.actor.strategy == "fsdp"
-    monkeypatch.setenv("VERL_PLATFORM", "cpu")
-    cpu = composed("actor_rollout_ref.rollout.n=4")
+    assert "cpu_precision" not in plain.verl_ext  # platform/cpu.yaml's own key: the group is not there
+    cpu = composed("platform=cpu", "actor_rollout_ref.rollout.n=4")
     assert cpu.trainer.device == "cpu" and cpu.actor_rollout_ref.actor.strategy == "fsdp2"
     assert cpu.actor_rollout_ref.rollout.enable_sleep_mode is False
     assert cpu.actor_rollout_ref.rollout.dtype == precision.FORMS["torch"][precision.choose(cpu.verl_ext.cpu_precision).precision]  # test_precision
     assert cpu.ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM == "cpu"
     assert cpu.ray_kwargs.ray_init.num_gpus == cpu.trainer.n_gpus_per_node
-    overridden = composed("actor_rollout_ref.rollout.enforce_eager=false")
+    overridden = composed("platform=cpu", "actor_rollout_ref.rollout.enforce_eager=false")
     assert overridden.actor_rollout_ref.rollout.enforce_eager is False
+    monkeypatch.setenv("VERL_PLATFORM", "cpu")  # the variable alone selects nothing
+    assert composed().trainer.device == "cuda" and "cpu_precision" not in composed().verl_ext
 
 
 @cpu_only
@@ -112,9 +115,9 @@ def test_cpu_mode_rejects_what_it_cannot_run(monkeypatch, override, key):
 
     from verl_ext.checks.validation import ConfigError, check_platform
 
-    monkeypatch.setenv("VERL_PLATFORM", "cpu")
+    monkeypatch.setenv("VERL_PLATFORM", "cpu")  # as the entry point runs platform=cpu
     with initialize_config_module(config_module="verl_ext.configs", version_base=None):
-        cfg = compose("verl_ext_trainer", overrides=[override])
+        cfg = compose("verl_ext_trainer", overrides=["platform=cpu", override])
     with pytest.raises(ConfigError) as info:
         check_platform(cfg)
     assert info.value.key == key and "CPU mode" in info.value.message

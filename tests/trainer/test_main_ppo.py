@@ -258,6 +258,7 @@ def test_real_run_validates_before_ray_and_picks_the_task_runner(compose, monkey
 
     calls = []
     monkeypatch.setattr(verl_main, "run_ppo", lambda config, task_runner_class: calls.append(task_runner_class))
+    monkeypatch.chdir(tmp_path)  # the run saves its resolved config under trainer.default_local_dir (relative)
     bad = compose("policy_loss@actor_rollout_ref.actor.policy_loss=grpo_erc",
                   "actor_rollout_ref.actor.policy_loss.entropy_mask_low=-1")  # fmt: skip
     assert main_ppo.run(bad) == 2 and calls == []
@@ -267,6 +268,74 @@ def test_real_run_validates_before_ray_and_picks_the_task_runner(compose, monkey
     assert "loss_mode: grpo_erc" in saved.read_text()
     assert main_ppo.run(compose("trainer.use_v1=false")) == 0
     assert calls == [VerlExtTaskRunnerV1, VerlExtTaskRunner]
+    saved = list(tmp_path.rglob("resolved_config.yaml"))  # beside the checkpoints, before training
+    assert len(saved) == 1 and "${" not in saved[0].read_text()
+
+
+# ---------------------------------------------------------------------------------------------------
+# CPU mode is the composition's: the entry point runs it with VERL_PLATFORM=cpu
+# ---------------------------------------------------------------------------------------------------
+
+
+class Restarted(Exception):
+    """Raised by the stand-in for os.execve: the entry point restarted itself with these arguments."""
+
+
+def _no_platform_variables(monkeypatch):
+    from verl_ext import main_ppo
+    from verl_ext.cpu import mode as cpu_mode
+
+    monkeypatch.delenv(cpu_mode.ENV_VAR, raising=False)
+    monkeypatch.delenv(main_ppo.RESTARTED_VAR, raising=False)
+
+
+def test_a_cpu_composition_without_verl_platform_restarts_with_it(compose, monkeypatch):
+    """``bash recipe/dapo_kl_cov.sh scale=cpu`` (or ``platform=cpu``) composes CPU mode while the launcher exported
+    no VERL_PLATFORM: the entry point restarts this very command once with VERL_PLATFORM=cpu, which every process of
+    the run then inherits."""
+    from verl_ext import main_ppo
+
+    def execve(path, argv, env):
+        raise Restarted(path, argv, env)
+
+    _no_platform_variables(monkeypatch)
+    monkeypatch.setattr(os, "execve", execve)
+    with pytest.raises(Restarted) as info:
+        main_ppo.ensure_platform(compose("platform=cpu"))
+    path, argv, env = info.value.args
+    assert path == sys.executable and argv == [sys.executable, *sys.orig_argv[1:]]
+    assert env["VERL_PLATFORM"] == "cpu" and env[main_ppo.RESTARTED_VAR] == "1"
+    assert main_ppo.ensure_platform(compose()) is None  # a GPU composition: nothing to do
+    monkeypatch.setenv("VERL_PLATFORM", "cpu")
+    assert main_ppo.ensure_platform(compose("platform=cpu")) is None  # the launcher set it: no restart
+
+
+@pytest.mark.parametrize(
+    ("variable", "overrides", "message"),
+    [
+        ("cpu", (), "VERL_PLATFORM=cpu is set but the composition is not CPU mode: add platform=cpu"),
+        ("cuda", ("platform=cpu",), "VERL_PLATFORM='cuda' disagrees with the composition, which runs in CPU mode"),
+    ],
+)
+def test_verl_platform_disagreeing_with_the_composition_is_an_error(compose, monkeypatch, capsys, variable, overrides,
+                                                                    message):  # fmt: skip
+    from verl_ext import main_ppo
+
+    _no_platform_variables(monkeypatch)
+    monkeypatch.setenv("VERL_PLATFORM", variable)
+    monkeypatch.setattr(os, "execve", lambda *a: pytest.fail("restarted"))
+    assert message in main_ppo.ensure_platform(compose(*overrides))
+    assert main_ppo.run(compose(*overrides)) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"error: {main_ppo.ensure_platform(compose(*overrides))}"
+
+
+def test_a_restart_that_did_not_take_is_an_error_not_a_loop(compose, monkeypatch):
+    from verl_ext import main_ppo
+
+    _no_platform_variables(monkeypatch)
+    monkeypatch.setenv(main_ppo.RESTARTED_VAR, "1")
+    monkeypatch.setattr(os, "execve", lambda *a: pytest.fail("restarted twice"))
+    assert "disagrees with the composition" in main_ppo.ensure_platform(compose("platform=cpu"))
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -17,7 +17,8 @@ and a variable must belong to the recipe it is given to. A failure exits 2 namin
 
 Command line (used by ``recipe/launch.sh``, ``scripts/cluster/submit.sh`` and the docs)::
 
-    python -m verl_ext.checks.launch_env overrides RECIPE   # the overrides, NUL-separated; exit 2 naming a bad variable
+    python -m verl_ext.checks.launch_env overrides RECIPE [ARGS...]  # the overrides, NUL-separated (ARGS: the
+                                                    # launch's Hydra arguments); exit 2 naming a bad variable
     python -m verl_ext.checks.launch_env names              # every variable name, one a line
     python -m verl_ext.checks.launch_env table              # the variables as a markdown table (docs/recipes.md)
 
@@ -31,7 +32,7 @@ import re
 import sys
 from dataclasses import dataclass
 from importlib import resources
-from typing import Mapping
+from typing import Mapping, Sequence
 
 CPU_RECIPE = "cpu_tiny"
 """The recipe that always runs in CPU mode (``recipe/cpu_tiny.sh``)."""
@@ -169,11 +170,15 @@ def overrides_for(var: Variable, text: str) -> list[str]:
     return []
 
 
-def overrides(recipe: str, environ: Mapping[str, str] | None = None) -> list[str]:
-    """The overrides the variables set in ``environ`` (default: this process's) make for ``recipe``, in
-    :data:`VARIABLES`' order; a variable that does not apply to ``recipe`` is an error naming it."""
+def overrides(recipe: str, environ: Mapping[str, str] | None = None, args: Sequence[str] = ()) -> list[str]:
+    """The overrides the variables set in ``environ`` (default: this process's) make for ``recipe`` launched with the
+    Hydra arguments ``args``, in :data:`VARIABLES`' order; a variable that does not apply to ``recipe`` is an error
+    naming it. CPU mode is ``SCALE=cpu`` or, the later one winning, a ``scale=cpu`` argument."""
     environ = os.environ if environ is None else environ
     scale = environ.get("SCALE", "gpu")
+    for arg in args:
+        if arg.startswith("scale="):
+            scale = arg.removeprefix("scale=")
     cpu = recipe == CPU_RECIPE or (recipe != CPU_RECIPE and scale == "cpu")
     out: list[str] = []
     for var in VARIABLES:
@@ -207,15 +212,15 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["table"] and len(argv) == 1:
         print(table())
         return 0
-    if argv[:1] == ["overrides"] and len(argv) == 2:
+    if argv[:1] == ["overrides"] and len(argv) >= 2:
         try:
-            items = overrides(argv[1])
+            items = overrides(argv[1], args=argv[2:])
         except LaunchEnvError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         sys.stdout.write("".join(f"{item}\0" for item in items))
         return 0
-    print("usage: python -m verl_ext.checks.launch_env names | table | overrides RECIPE", file=sys.stderr)
+    print("usage: python -m verl_ext.checks.launch_env names | table | overrides RECIPE [ARGS...]", file=sys.stderr)
     return 2
 
 

@@ -100,8 +100,10 @@ def absolute_paths(config: DictConfig) -> None:
 
 
 def resolve(config: DictConfig) -> DictConfig:
-    """``config`` with every interpolation resolved (a new config); a resolver's :class:`ValueError` (a CPU precision
-    this machine cannot run) becomes a :class:`RecipeStartError`."""
+    """``config`` with every interpolation resolved (a new config). A resolver's :class:`ValueError` about CPU mode's
+    precision (one this machine cannot run) becomes a :class:`RecipeStartError`; a size the interpolations compute
+    with that :func:`~verl_ext.checks.recipe_checks.check_sizes` rejects (``trainer.nnodes=0``, a length ``abc``)
+    raises that check's :class:`~verl_ext.config.ConfigError`, the line a bad size gives wherever it is used."""
     try:
         resolved = OmegaConf.create(OmegaConf.to_container(config, resolve=True))
     except OmegaConfBaseException as exc:
@@ -109,11 +111,25 @@ def resolve(config: DictConfig) -> DictConfig:
         while cause is not None and id(cause) not in seen and not isinstance(cause, PrecisionError):
             seen.add(id(cause))
             cause = cause.__cause__ or cause.__context__
-        if cause is None or id(cause) in seen:
-            raise
-        raise RecipeStartError(str(cause)) from exc
+        if isinstance(cause, PrecisionError):
+            raise RecipeStartError(str(cause)) from exc
+        _raise_size_error(config, exc)
+        raise
     OmegaConf.set_struct(resolved, OmegaConf.is_struct(config))
     return resolved
+
+
+def _raise_size_error(config: DictConfig, failure: Exception) -> None:
+    """The size check's :class:`~verl_ext.config.ConfigError` behind a failed resolution, if a size is bad."""
+    from verl_ext.checks.recipe_checks import check_sizes
+    from verl_ext.config import ConfigError
+
+    try:
+        check_sizes(config)
+    except ConfigError as error:
+        raise error from failure
+    except (OmegaConfBaseException, ArithmeticError, TypeError, ValueError):
+        return
 
 
 def _leaf_keys(node: Any, prefix: str = "") -> list[str]:
