@@ -441,7 +441,11 @@ def test_an_engine_killed_during_the_weight_sync_stops_the_run_naming_it(assets)
             assert time.monotonic() < deadline, "the third weight sync did not come within 600 s"
             time.sleep(0.2)
         killed_at = time.monotonic()
-        output = proc.communicate(timeout=180)[0]
+        try:
+            output = proc.communicate(timeout=180)[0]
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            pytest.fail(f"still running 180 s after the engine was killed:\n{proc.communicate()[0][-6000:]}")
         stopped_after = time.monotonic() - killed_at
     finally:
         if proc.poll() is None:

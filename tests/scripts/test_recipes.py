@@ -422,6 +422,9 @@ CHECKS: dict[str, tuple[str, tuple[str, ...], dict[str, str] | None, tuple[str, 
     "cpu_mini_batch_splits": ("dapo_kl_cov", ("scale=cpu", "data.train_batch_size=6", "actor_rollout_ref.rollout.n=3"),
                               None, (), f"{PREFIX}ppo_mini_batch_size: 3 x rollout.n=3 responses are invalid for 2 "
                               "training processes"),
+    "cpu_prompts_even": ("dapo_kl_cov", ("scale=cpu", "data.train_batch_size=3"), None, (),
+                         "data.train_batch_size: 3 is invalid at the CPU scale: allowed an even number (two optimiser "
+                         "mini-batches a step"),
     "checkpoint_name": ("eval", ("trainer.resume_from_path=/c/run/step_3",), {"CKPT": "/c/run/step_3"}, (), CKPT_NAME),
     "checkpoint_actor": ("eval", ("trainer.resume_from_path=$RUN/c/global_step_3",), {"CKPT": "$RUN/c/global_step_3"},
                          (), "trainer.resume_from_path: '$RUN/c/global_step_3' has no actor/ folder: not a verl "

@@ -132,6 +132,11 @@ def check_cpu_scale(config: DictConfig) -> None:
     if _get(config, "trainer.device") != "cpu":
         raise ConfigError("platform", f"{kind}'s CPU sizes run in CPU mode only: keep platform=cpu (the recipe "
                           "selects it; it was overridden), or run the recipe as written on GPUs (scale=gpu)")  # fmt: skip
+    prompts, mini = _get(config, "data.train_batch_size"), _get(config, "actor_rollout_ref.actor.ppo_mini_batch_size")
+    if isinstance(prompts, int) and prompts % 2 and mini == prompts // 2:  # cpu_run.yaml's half, not the user's own
+        raise ConfigError("data.train_batch_size", f"{prompts} is invalid at the CPU scale: allowed an even number "
+                          "(two optimiser mini-batches a step, actor_rollout_ref.actor.ppo_mini_batch_size being half "
+                          "of it), or set the mini-batch too")  # fmt: skip
     model = recipe.get("model")
     if model not in CPU_MODELS[kind]:
         where = "scale=cpu" if kind == "scale" else "recipe/cpu_tiny.sh"
