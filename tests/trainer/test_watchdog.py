@@ -142,12 +142,12 @@ def test_a_healthy_run_is_left_alone_and_a_failed_read_is_not_a_death(tmp_path, 
     assert "could not read Ray's actor table (ConnectionError('GCS busy')); still watching" in capsys.readouterr().err
 
 
-def test_an_engine_dead_inside_a_live_server_actor_is_reported_after_it_was_healthy(tmp_path):
-    """The weight sync's hang: vLLM's engine process dies, verl's server actor lives on. Its /health decides: never
-    reported before one healthy answer (a server still starting), a slow answer (None) is no failure, and
-    HEALTH_FAILURES refusals in a row are."""
+def test_an_engine_dead_inside_a_live_server_actor_is_reported(tmp_path):
+    """The weight sync's hang: vLLM's engine process dies, verl's server actor lives on. Its /health decides, once the
+    server has an address (its HTTP server up): a slow answer (None) is no failure, a healthy one resets the count,
+    and HEALTH_FAILURES refusals in a row are a death."""
     server = {**entry(cls="vLLMHttpServer"), "Name": "vllm_server_0_0", "RayNamespace": "ns"}
-    answers = iter([False, True, None, False, True, False, False])  # starting, healthy, busy, one miss, dead x2
+    answers = iter([True, None, False, True, False, True, False, False])  # healthy, busy, misses apart, dead x2
     asked, fired = [], threading.Event()
 
     def health(address):
@@ -163,7 +163,7 @@ def test_an_engine_dead_inside_a_live_server_actor_is_reported_after_it_was_heal
     assert fired.wait(10)
     dog.stop()
     dog.join(10)
-    assert len(asked) == 7 and set(asked) == {"127.0.0.1:8000"}
+    assert len(asked) == 8 and set(asked) == {"127.0.0.1:8000"}
     assert dog.report.startswith("Ray actor vLLMHttpServer 'vllm_server_0_0' (id 79443d9d235f, pid 4242, node "
                                  "127.0.0.1) died: ENGINE_DEAD: its vLLM engine answers no more at "
                                  "http://127.0.0.1:8000/health (2 checks in a row) although the actor lives")  # fmt: skip

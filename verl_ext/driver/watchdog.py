@@ -8,9 +8,9 @@ The first actor of this job found dead by anything but an intended end (``ray.ki
 out of scope) is reported - its class, name, pid, node and Ray's reason - with the last step the run's file log
 completed and the latest checkpoint. A vLLM engine can also die inside a live Ray actor (the engine process killed or
 crashed: verl's ``vLLMHttpServer`` actor stays, and the weight sync waits on the dead engine for ever), so the
-watchdog also asks each rollout server's HTTP ``/health`` (vLLM's own endpoint, the address verl's server reports):
-after one healthy answer, :data:`HEALTH_FAILURES` answers in a row that say the engine is dead (an HTTP error status
-or a refused connection; a slow answer is not one) are reported as that server's death. The watchdog then ends the run's TaskRunner actor (Ray's own kill, by its
+watchdog also asks each rollout server's HTTP ``/health`` (vLLM's own endpoint, at the address verl's server reports
+once its HTTP server is up): :data:`HEALTH_FAILURES` answers in a row that say the engine is dead (an HTTP error
+status or a refused connection; a slow answer is not one) are reported as that server's death. The watchdog then ends the run's TaskRunner actor (Ray's own kill, by its
 actor id: the entry point's ``ray.get`` on it returns at once, which a signal does not make it do), and ``python -m
 verl_ext.main_ppo`` shuts Ray down and exits 1. If the entry point has not stopped within :data:`EXIT_GRACE_S`, Ray
 is shut down from the watchdog's thread (for at most :data:`SHUTDOWN_S`) and the process exits 1.
@@ -45,7 +45,7 @@ actors), and one that ended with its owner (the owner's own death is what is rep
 SERVER_CLASSES = ("vLLMHttpServer",)
 """verl's rollout server actors whose engine's ``/health`` is asked (``verl/workers/rollout/vllm_rollout``)."""
 HEALTH_FAILURES = 2
-"""Answers in a row that say an engine is dead before it is reported (after one healthy answer)."""
+"""Answers in a row (:data:`POLL_S` apart) that say an engine is dead before it is reported."""
 HEALTH_TIMEOUT_S = 10.0
 """Seconds a ``/health`` request (and the server's address) may take; longer is a busy engine, not a dead one."""
 CHECKPOINT_TRACKER = "latest_checkpointed_iteration.txt"
@@ -196,7 +196,7 @@ class Watchdog(threading.Thread):
         self._entries: list[dict[str, Any]] = []
         self._ready = ready or _ray_initialized
         self._address, self._health = address, health
-        self._servers: dict[str, dict[str, Any]] = {}  # actor id -> address, seen healthy, failures in a row
+        self._servers: dict[str, dict[str, Any]] = {}  # actor id -> address, failures in a row
         self._stopped = threading.Event()
         self.report: str | None = None
 
@@ -225,15 +225,15 @@ class Watchdog(threading.Thread):
                 self._end_actor(str(entry["ActorID"]))
 
     def _engine_death(self, entry: dict[str, Any]) -> Death | None:
-        known = self._servers.setdefault(str(entry.get("ActorID")), {"address": None, "healthy": False, "failed": 0})
+        known = self._servers.setdefault(str(entry.get("ActorID")), {"address": None, "failed": 0})
         if known["address"] is None:
             known["address"] = self._address(entry)
             if known["address"] is None:
                 return None
         answer = self._health(known["address"])
         if answer is True:
-            known["healthy"], known["failed"] = True, 0
-        elif answer is False and known["healthy"]:
+            known["failed"] = 0
+        elif answer is False:
             known["failed"] += 1
             if known["failed"] >= HEALTH_FAILURES:
                 death = death_of({**entry, "State": "DEAD"}) or Death("?", "?", "", "?", "?", "", "")
