@@ -139,7 +139,7 @@ def test_a_healthy_run_is_left_alone_and_a_failed_read_is_not_a_death(tmp_path, 
     dog.stop()
     dog.join(10)
     assert not fired.is_set() and dog.report is None
-    assert "could not read Ray's actor table (ConnectionError('GCS busy')); still watching" in capsys.readouterr().err
+    assert "could not read Ray's actor table or a server's health (ConnectionError('GCS busy')); still watching" in capsys.readouterr().err
 
 
 def test_an_engine_dead_inside_a_live_server_actor_is_reported(tmp_path):
@@ -213,3 +213,41 @@ def test_the_default_action_ends_the_runs_task_runner_by_its_actor_id(tmp_path):
     dog.stop()
     dog.join(10)
     assert ended == ["aa" * 16] and dog.report is not None
+
+
+def test_a_servers_address_is_collected_without_waiting_and_every_answer_is_read(monkeypatch):
+    """While a server starts, its get_server_address is queued (not ready) or fails (port None): no address yet, and
+    each call's answer is read at a later poll (none left for Ray to log as unhandled); then the address."""
+    import ray
+
+    class Ref:
+        def __init__(self, answer, ready):
+            self.answer, self.ready, self.read = answer, ready, False
+
+    calls = []
+    answers = iter([Ref(AssertionError("port is None"), False), Ref(("127.0.0.1", 8000), True)])
+
+    class Handle:
+        class get_server_address:  # noqa: N801 (Ray's method name)
+            @staticmethod
+            def remote():
+                calls.append(1)
+                return next(answers)
+
+    def get(ref):
+        ref.read = True
+        if isinstance(ref.answer, BaseException):
+            raise ref.answer
+        return ref.answer
+
+    monkeypatch.setattr(ray, "get_actor", lambda name, namespace=None: Handle())
+    monkeypatch.setattr(ray, "wait", lambda refs, timeout: ([r for r in refs if r.ready], [r for r in refs if not r.ready]))
+    monkeypatch.setattr(ray, "get", get)
+    addresses = wd.ServerAddresses()
+    server = {**entry(cls="vLLMHttpServer"), "Name": "vllm_server_0_0"}
+    first = addresses(server)  # queued behind the server's start
+    assert first is None and len(calls) == 1
+    pending = addresses._pending[str(server["ActorID"])]
+    pending.ready = True  # it fails: the HTTP server was not up
+    assert addresses(server) is None and pending.read and len(calls) == 1
+    assert addresses(server) == "127.0.0.1:8000" and len(calls) == 2

@@ -119,14 +119,32 @@ def latest_checkpoint(ckpt_dir: str | None) -> str | None:
     return f"global_step_{step}" if step else None
 
 
-def server_address(entry: dict[str, Any]) -> str | None:
-    """``host:port`` of a rollout server actor's HTTP endpoint (its ``get_server_address``), or ``None`` before it
-    has one."""
-    import ray
+class ServerAddresses:
+    """``host:port`` of each rollout server actor's HTTP endpoint (its ``get_server_address``), asked without waiting:
+    while a server starts, the call is queued behind its construction or fails (``port is None``); its answer is
+    collected at a later poll, so no call is left unread (Ray would log an unread failure as an unhandled error)."""
 
-    handle = ray.get_actor(entry["Name"], namespace=entry.get("RayNamespace"))
-    host, port = ray.get(handle.get_server_address.remote(), timeout=HEALTH_TIMEOUT_S)
-    return f"{host}:{port}" if host and port else None
+    def __init__(self) -> None:
+        self._pending: dict[str, Any] = {}
+
+    def __call__(self, entry: dict[str, Any]) -> str | None:
+        """The server's address, or ``None`` while it has none (asked again at the next poll)."""
+        import ray
+
+        key = str(entry.get("ActorID"))
+        ref = self._pending.get(key)
+        if ref is None:
+            handle = ray.get_actor(entry["Name"], namespace=entry.get("RayNamespace"))
+            ref = self._pending[key] = handle.get_server_address.remote()
+        ready, _ = ray.wait([ref], timeout=0)
+        if not ready:
+            return None
+        del self._pending[key]
+        try:
+            host, port = ray.get(ref)
+        except Exception:  # its HTTP server not up yet: ask again
+            return None
+        return f"{host}:{port}" if host and port else None
 
 
 def engine_health(address: str) -> bool | None:
@@ -184,7 +202,7 @@ class Watchdog(threading.Thread):
     def __init__(self, run_log: str | None = None, ckpt_dir: str | None = None, poll_s: float = POLL_S,
                  table: Callable[[], dict[str, dict[str, Any]]] = ray_actor_table,
                  job_id: Callable[[], str] = current_job_id, ready: Callable[[], bool] | None = None,
-                 address: Callable[[dict[str, Any]], str | None] = server_address,
+                 address: Callable[[dict[str, Any]], str | None] | None = None,
                  health: Callable[[str], bool | None] = engine_health,
                  on_death: Callable[[], None] | None = None, grace_s: float = EXIT_GRACE_S,
                  end_actor: Callable[[str], None] = kill_actor, shutdown: Callable[[], None] = shutdown_ray,
@@ -195,7 +213,7 @@ class Watchdog(threading.Thread):
         self._on_death = on_death or self.end_task_runner
         self._entries: list[dict[str, Any]] = []
         self._ready = ready or _ray_initialized
-        self._address, self._health = address, health
+        self._address, self._health = address or ServerAddresses(), health
         self._servers: dict[str, dict[str, Any]] = {}  # actor id -> address, failures in a row
         self._stopped = threading.Event()
         self.report: str | None = None
@@ -252,8 +270,9 @@ class Watchdog(threading.Thread):
                         continue
                     job = self._job_id()
                 death = self.check(job)
-            except Exception as exc:  # a failed read of the table is not a death: say so and keep watching
-                print(f"verl_ext watchdog: could not read Ray's actor table ({exc!r}); still watching", file=sys.stderr)
+            except Exception as exc:  # a failed read is not a death: say so and keep watching
+                print(f"verl_ext watchdog: could not read Ray's actor table or a server's health ({exc!r}); still "
+                      "watching", file=sys.stderr)  # fmt: skip
                 continue
             if death is None:
                 continue
@@ -281,4 +300,4 @@ def _ray_initialized() -> bool:
 
 __all__ = ["CHECKPOINT_TRACKER", "Death", "EXIT_GRACE_S", "HEALTH_FAILURES", "HEALTH_TIMEOUT_S", "INTENDED_REASONS",
            "POLL_S", "SERVER_CLASSES", "SHUTDOWN_S", "TASK_RUNNER_PREFIX", "Watchdog", "death_of", "engine_health",
-           "kill_actor", "last_step", "latest_checkpoint", "ray_actor_table", "server_address", "shutdown_ray"]  # fmt: skip
+           "ServerAddresses", "kill_actor", "last_step", "latest_checkpoint", "ray_actor_table", "shutdown_ray"]  # fmt: skip
