@@ -77,7 +77,7 @@ def _absolute_root_paths(config: DictConfig) -> None:
             holder = OmegaConf.select(config, parent, default=None)
             if not isinstance(holder, DictConfig) or leaf not in holder:
                 continue
-            written = holder._get_node(leaf)._value()  # as written: an interpolation is still its string
+            written = OmegaConf.to_container(holder, resolve=False)[leaf]  # as written: an interpolation stays a string
             if isinstance(written, str) and "${" not in written:
                 holder[leaf] = absolute(written)
 
