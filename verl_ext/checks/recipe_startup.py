@@ -33,6 +33,7 @@ from omegaconf.errors import OmegaConfBaseException
 from verl_ext.checks.validation import LOCAL_RAY_ONLY, ray_cluster_address
 from verl_ext.cpu import mode as cpu_mode
 from verl_ext.cpu.precision import PrecisionError
+from verl_ext.driver.mixin import write_atomically
 from verl_ext.testbed.assets import AssetError, AssetPlan, ensure
 
 SAVED_CONFIG = "resolved_config.yaml"
@@ -255,10 +256,7 @@ def save_resolved(config: DictConfig) -> Path:
     """Write ``config`` (resolved) to :data:`SAVED_CONFIG` in ``trainer.default_local_dir``, replacing the file
     atomically; returns its path."""
     folder = Path(absolute(OmegaConf.select(config, "trainer.default_local_dir")))
-    folder.mkdir(parents=True, exist_ok=True)
     path = folder / SAVED_CONFIG
-    partial = path.with_suffix(".yaml.partial")
-    partial.write_text("# the resolved config of this run (verl_ext.main_ppo); replay: python -m verl_ext.main_ppo "
-                       f"--config-path {folder} --config-name {path.stem}\n" + OmegaConf.to_yaml(config, resolve=True))
-    os.replace(partial, path)
+    write_atomically(path, "# the resolved config of this run (verl_ext.main_ppo); replay: python -m verl_ext.main_ppo "
+                     f"--config-path {folder} --config-name {path.stem}\n" + OmegaConf.to_yaml(config, resolve=True))
     return path
