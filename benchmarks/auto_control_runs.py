@@ -2,7 +2,7 @@
 
 Every run is a ``SCALE=cpu MODEL=smollm2 bash recipe/gsm8k_grpo_vanilla.sh trainer.total_training_steps=40`` GSM8K
 GRPO recipe launch on SmolLM2-135M-Instruct in CPU mode's default precision on this machine (bf16: its CPU has ``avx512_bf16``; docs/cpu_mode.md), target 0.3 nats, the
-controller's defaults (commands in docs/autopilot.md); its verl file log is kept as
+controller's defaults (commands in docs/entropy_control.md); its verl file log is kept as
 ``benchmarks/results/results_real_model_auto_*.jsonl``. Per run, over steps 21-40, by the definitions of
 :mod:`verl_ext.analysis.control` (the same as ``verl_ext.analyze``'s tracking line):
 

@@ -65,13 +65,14 @@ def test_train_md_shows_its_dry_runs_own_output(tmp_path):
 
 
 def test_the_controller_acts_through_the_selection_only_on_cov_ratio():
-    """autopilot.md: on ``actuator=cov_ratio`` the controller needs batch-scope ``clip_cov`` / ``kl_cov``;
+    """entropy_control.md: on ``actuator=cov_ratio`` the controller needs batch-scope ``clip_cov`` / ``kl_cov``;
     ``entropy_coef`` and ``pos_weight`` act in the actor loss, with any policy loss."""
     from verl_ext.checks.validation import check_actuator
     from verl_ext.config import ConfigError
 
-    assert "On `actuator=cov_ratio` it acts only through the batch-scope selection" in " ".join(
-        (DOCS / "autopilot.md").read_text().split())
+    page = " ".join((DOCS / "entropy_control.md").read_text().split())
+    assert "On `actuator=cov_ratio` it acts only through the batch-scope selection" in page
+    assert "`entropy_coef` and `pos_weight` act in the actor loss, with any policy loss" in page
 
     def config(loss: str, scope: str = "batch"):
         return OmegaConf.create({"actor_rollout_ref": {"actor": {"entropy_coeff": 0, "policy_loss": {
@@ -158,3 +159,34 @@ def test_the_readmes_evaluation_figures_are_the_results_page():
     shown = f"base {base}; means {means[0]:.3f}-{means[-1]:.3f}, each range overlapping vanilla's {vlo:.3f}-{vhi:.3f}"
     assert shown in readme, shown
     assert all(lo <= vhi and hi >= vlo for _, lo, hi in ranges.values()), ranges
+
+
+def test_the_readmes_method_table_is_the_results_files():
+    """README's "Choosing a method": the loss-time column is results_cpu.json's time ratio (bench_losses, fp32), the
+    entropy column the mean (range) over steps 21-40 that results.md's checked table of real_model_runs.py prints."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Choosing a method"):readme.index("## The losses")]
+    rows = {line.split(" | ")[1].split("`")[1]: line for line in section.splitlines()
+            if line.startswith("| ") and line.count("`") >= 2 and " | `recipe/" in line}  # fmt: skip
+    results = (DOCS / "results.md").read_text()
+    start = results.index("<!-- table: python -m benchmarks.real_model_runs -->")
+    table = results[start:results.index("<!-- /table -->", start)]
+    entropy = {}
+    for name, cells in re.findall(r"^\| (.+?) \| seeds 0, 1, 2 \|(.*)$", table, flags=re.M):
+        entropy[name] = re.findall(r"[\d.]+ \([\d.]+-[\d.]+\)", cells)[2]  # entropy, steps 21-40: the 3rd figure
+    expected_entropy = {"vanilla": "vanilla GRPO", "clip_cov": "fixed Clip-Cov (ratio 0.1)",
+                        "kl_cov": "fixed KL-Cov (ratio 0.1)", "grpo_erc": "ERC (band 0.95-1.05)",
+                        "high_entropy": "`high_entropy` (top 20 %)", "entropy_adv": "`entropy_adv` (alpha 0.4, kappa 2)"}
+    assert set(expected_entropy) <= set(rows), sorted(rows)
+    for loss, config in expected_entropy.items():
+        assert f"| {entropy[config]}" in rows[loss], (loss, entropy[config], rows[loss])
+    assert f"Skywork {entropy['Skywork-OR1 x entropy coefficient (their values)']}" in section
+    assert f"EntroPIC {entropy['EntroPIC x pos_weight (their gains, Kp 1, Ki 0.01)']}" in section
+    losses = {r["loss"]: r["time_ratio"] for r in
+              json.loads((ROOT / "benchmarks/results/results_cpu.json").read_text())["losses"]}  # fmt: skip
+    for loss, key in (("vanilla", "vanilla (verl)"), ("clip_cov", "clip_cov batch scope"),
+                      ("kl_cov", "kl_cov batch scope"), ("grpo_erc", "grpo_erc")):  # fmt: skip
+        assert f"| {losses[key]:.2f}x" in rows[loss], (loss, losses[key], rows[loss])
+    assert f"`gppo_erc` {losses['gppo_erc']:.2f}x" in rows["grpo_erc"]
+    for loss in ("high_entropy", "entropy_adv"):  # not in bench_losses: no figure invented
+        assert " | - | " in rows[loss], rows[loss]

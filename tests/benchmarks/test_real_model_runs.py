@@ -145,8 +145,8 @@ def test_every_kept_run_is_complete_evaluated_and_started_from_the_same_model(ke
 
 
 def test_the_docs_per_configuration_table_is_the_scripts_output(kept_results):
-    """docs/entropy_control.md quotes `python benchmarks/real_model_runs.py`'s per-configuration table: a run added to
-    the registry (or a figure changed) without pasting the new table there fails here."""
+    """docs/results.md quotes `python -m benchmarks.real_model_runs`'s per-configuration table: a run added to the
+    registry (or a figure changed) without pasting the new table there fails here."""
     table = rmr.per_config(kept_results)
-    docs = (rmr.HERE.parent / "docs" / "entropy_control.md").read_text()
-    assert table in docs, "docs/entropy_control.md: paste the per-configuration table printed by real_model_runs.py"
+    docs = (rmr.HERE.parent / "docs" / "results.md").read_text()
+    assert table in docs, "docs/results.md: paste the per-configuration table printed by real_model_runs.py"

@@ -240,7 +240,7 @@ TOY_40 = "results_autopilot_recipe_cpu.json"
 TOY_16 = "results_entropy_control_cpu.json"
 TOY_16_CORRECTED = "results_entropy_control_cpu_corrected.json"
 TOY_FIXED_RATIO_VALUE = 0.02
-"""``clip_cov_ratio`` of the toy recipe's fixed Clip-Cov runs (docs/autopilot.md)."""
+"""``clip_cov_ratio`` of the toy recipe's fixed Clip-Cov runs (docs/results.md)."""
 
 COEF = Coordinate("linear")
 RATIO = Coordinate("log", RATIO_REFERENCE)

@@ -115,7 +115,7 @@ class EntropyControlConfig(PrefixedConfig):
     ki: float = 2.0
     """Integral gain on the accumulated log-space error (>= 0). The defaults (kp, ki) = (10, 2) held entropy closest
     to its target among (2, 0.5), (10, 2) and (20, 5) on verl_ext's former in-process demo; on verl's trainer
-    (``python -m verl_ext.demo``) their tracking is measured in docs/autopilot.md."""
+    (``python -m verl_ext.demo``) their tracking is measured on the results page (docs/results.md)."""
 
     skywork_delta: float = 1e-4
     """``skywork``: the step ``delta`` of the coefficient per training step (> 0; Skywork-OR1: 0.0001, the

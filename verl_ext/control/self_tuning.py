@@ -39,7 +39,7 @@ Each step it
    range.
 
 Every constant comes from the noise it measures, the actuator's range, or the fit of the committed logs (the
-derivations: ``docs/autopilot.md``); ``memory`` and ``lag`` are keys (``auto_memory``, ``auto_lag``). Pure Python.
+derivations: ``docs/entropy_control.md``); ``memory`` and ``lag`` are keys (``auto_memory``, ``auto_lag``). Pure Python.
 """
 
 from __future__ import annotations
