@@ -145,7 +145,7 @@ def test_the_readmes_evaluation_figures_are_the_results_page():
     readme = " ".join((ROOT / "README.md").read_text().split())
     results = (DOCS / "results.md").read_text()
     ranges = {}
-    start = results.index("<!-- table: python -m benchmarks.real_model_runs -->")
+    start = results.index("<!-- table: python -m benchmarks.real_model_runs")
     table = results[start:results.index("<!-- /table -->", start)]
     for name, cells in re.findall(r"^\| (.+?) \| (?:seeds|seed 0 twice)[^|]* \|(.*)$", table, flags=re.M):
         mean, lo, hi = re.findall(r"([\d.]+) \(([\d.]+)-([\d.]+)\)", cells)[6]  # avg@32, the 7th figure
