@@ -258,11 +258,14 @@ def _fmt(key: str, value: float) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument("--configurations-only", action="store_true",
+                        help="print each configuration's mean over its seeds, not the table of every run")
     args = parser.parse_args(argv)
     evals = evaluation(EVAL_CSV)
     base = evals.get("base (warmed up)")
     results = [figures(run, evals) for run in RUNS]
-    print(per_run(results), end="\n\n")
+    if not args.configurations_only:
+        print(per_run(results), end="\n\n")
     print(per_config(results))
     if base and results:
         print(f"\nbase (warmed up, step 0): avg@32 {base['avg@32']:.3f}, pass@32 {base['pass@32']:.3f}, "

@@ -146,7 +146,7 @@ def test_the_readmes_evaluation_figures_are_the_results_page():
     readme = " ".join((ROOT / "README.md").read_text().split())
     results = (DOCS / "results.md").read_text()
     ranges = {}
-    start = results.index("<!-- table: python -m benchmarks.real_model_runs -->")
+    start = results.index("<!-- table: python -m benchmarks.real_model_runs")
     table = results[start:results.index("<!-- /table -->", start)]
     for name, cells in re.findall(r"^\| (.+?) \| (?:seeds|seed 0 twice)[^|]* \|(.*)$", table, flags=re.M):
         mean, lo, hi = re.findall(r"([\d.]+) \(([\d.]+)-([\d.]+)\)", cells)[6]  # avg@32, the 7th figure
@@ -169,7 +169,7 @@ def test_the_readmes_method_table_is_the_results_files():
     rows = {line.split(" | ")[1].split("`")[1]: line for line in section.splitlines()
             if line.startswith("| ") and line.count("`") >= 2 and " | `recipe/" in line}  # fmt: skip
     results = (DOCS / "results.md").read_text()
-    start = results.index("<!-- table: python -m benchmarks.real_model_runs -->")
+    start = results.index("<!-- table: python -m benchmarks.real_model_runs")
     table = results[start:results.index("<!-- /table -->", start)]
     entropy = {}
     for name, cells in re.findall(r"^\| (.+?) \| seeds 0, 1, 2 \|(.*)$", table, flags=re.M):

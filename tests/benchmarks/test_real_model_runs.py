@@ -150,3 +150,14 @@ def test_the_docs_per_configuration_table_is_the_scripts_output(kept_results):
     table = rmr.per_config(kept_results)
     docs = (rmr.HERE.parent / "docs" / "results.md").read_text()
     assert table in docs, "docs/results.md: paste the per-configuration table printed by real_model_runs.py"
+
+
+def test_configurations_only_prints_the_means_without_the_rows_of_every_run(capsys):
+    """``--configurations-only`` (the results page's table) drops the per-run table and keeps the rest as printed."""
+    assert rmr.main([]) == 0
+    full = capsys.readouterr().out
+    assert rmr.main(["--configurations-only"]) == 0
+    short = capsys.readouterr().out
+    per_run = full[: full.index("\n\n") + 2]
+    assert per_run.startswith("| configuration | seed |") and per_run.count("\n") == 2 + len(rmr.RUNS) + 1
+    assert short == full[len(per_run):]
