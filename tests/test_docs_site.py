@@ -59,3 +59,22 @@ def test_readme_is_read_in_minutes():
     assert len(lines) <= 150, len(lines)
     long = [i + 1 for i, line in enumerate(lines) if len(line) > 300]
     assert not long, f"README lines over 300 characters: {long}"
+
+
+DIARY = ("as they came out", "the next day", "since then", "so far", "not run yet", "former value")
+"""Run-diary phrases: a page says what is true now; git keeps the history."""
+
+
+def test_every_page_is_short_and_the_site_reads_in_an_evening():
+    """No page over 300 lines; the whole site (``wc -w docs/*.md``) at most 25,000 words."""
+    pages = sorted((ROOT / "docs").glob("*.md"))
+    long = {p.name: n for p in pages if (n := len(p.read_text().splitlines())) > 300}
+    assert not long, f"pages over 300 lines: {long}"
+    words = sum(len(p.read_text().split()) for p in pages)
+    assert words <= 25_000, f"docs/*.md hold {words} words (at most 25,000)"
+
+
+def test_no_page_reads_as_a_diary():
+    hits = [(p.name, phrase) for p in sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
+            for phrase in DIARY if phrase in p.read_text().lower()]  # fmt: skip
+    assert not hits, hits
