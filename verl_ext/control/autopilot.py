@@ -9,7 +9,7 @@ noise and learns its plant) turns the gap into the value of an actuator
 (:mod:`~verl_ext.control.actuators`: Clip-Cov's / KL-Cov's selection ratio ``cov_ratio``, the entropy-loss
 coefficient ``entropy_coef``, EntroPIC's weight ``pos_weight``, the PPO upper clip bound ``clip_high``); :data:`~verl_ext.control.actuators.PAIRS` lists
 the pairs that make sense. Everything here is pure Python (no torch, no verl): :class:`EntropyControlConfig` (the
-``verl_ext.entropy_control`` keys and their validation), :func:`target_at` (the schedule) and
+``verl_ext.entropy_control`` keys and their validation), the target (:mod:`~verl_ext.control.targets`) and
 :class:`EntropyController` (controller + actuator + schedule, whose state the trainers save with every checkpoint).
 """
 
