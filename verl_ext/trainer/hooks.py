@@ -33,8 +33,8 @@ from tensordict import TensorDict
 from verl.workers.utils.padding import response_to_nested
 
 from verl_ext.config import config_value, loss_mode_of, policy_loss_params
-from verl_ext.contract import (CLIP_RATIO_HIGH, COV_SELECTED, ENTROPY_COEF, HIGH_ENTROPY_WEIGHT, OLD_ENTROPY, POS_WEIGHT,
-                               POS_WEIGHT_NORM)
+from verl_ext.contract import (CLIP_RATIO_HIGH, COV_SELECTED, ENTROPY_COEF, HIGH_ENTROPY_WEIGHT, OLD_ENTROPY,
+                               POS_WEIGHT, POS_WEIGHT_NORM)
 from verl_ext.driver.mixin import VerlExtDriver
 from verl_ext.losses import COV_LOSSES, ERC_LOSSES
 from verl_ext.losses.high_entropy import high_entropy_weights
