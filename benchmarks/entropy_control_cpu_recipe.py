@@ -39,7 +39,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from verl_ext.analysis.control import bias, block_gap, relative_gap
+from verl_ext.analysis.control import bias, block_gap, logged_targets, relative_gap
 from verl_ext.demo.runs import CONTROL_RUNS, MODELS, log_path, read_steps
 
 VARIANTS = ("vanilla", "clip_cov", "autopilot", "skywork", "pi_coef", "entropic", "high_entropy", "entropy_adv")
@@ -72,9 +72,12 @@ def result(out: Path, variant: str, seed: int, target: float) -> dict[str, Any]:
     rows = read_steps(log_path(out, variant))
     entropy = [r["actor/entropy"] for r in rows]
     half = len(rows) // 2
+    steps = [r["step"] for r in rows]
+    targets = logged_targets({r["step"]: r for r in rows}, steps[half:], target)  # a controlled run's own, per step
     record = {
         "variant": variant, "seed": seed,
-        "tracking_error": relative_gap(entropy[half:], target),
+        "tracking_error": relative_gap(entropy[half:], targets),
+        "target_second_half": targets.tolist(),
         "overshoot": overshoot(entropy, target),
         "entropy_last": statistics.fmean(entropy[-5:]),
         "reward_last": statistics.fmean(r["critic/score/mean"] for r in rows[-5:]),
@@ -97,7 +100,9 @@ def summary(results: list[dict[str, Any]], target: float) -> str:
         mean = lambda key: statistics.fmean(r[key] for r in rs)  # noqa: E731
         gaps = [r["tracking_error"] for r in rs]
         halves = [r["entropy"][len(r["entropy"]) // 2:] for r in rs]  # from the trajectory: older files lack the keys
-        biases, blocks = [bias(h, target) for h in halves], [block_gap(h, target) for h in halves]
+        targets = [r.get("target_second_half", target) for r in rs]  # each step's logged target; older files: --target
+        biases = [bias(h, t) for h, t in zip(halves, targets)]
+        blocks = [block_gap(h, t) for h, t in zip(halves, targets)]
         bound = f"{mean('saturated_share'):.0%}" if "saturated_share" in rs[0] else "-"
         lines.append(f"| {variant} | {statistics.fmean(biases):.1%} ({min(biases):.1%}-{max(biases):.1%}) | "
                      f"{statistics.fmean(blocks):.1%} | {mean('tracking_error'):.1%} ({min(gaps):.1%}-{max(gaps):.1%}) | "

@@ -30,11 +30,12 @@ import argparse
 import csv
 import json
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from verl_ext.analysis.control import relative_gap
+from verl_ext.analysis.control import logged_targets, relative_gap
 from verl_ext.analysis.length_limit import cut_share
 from verl_ext.contract import RESPONSE_CUT_RATIO
 from verl_ext.demo.runs import read_steps
@@ -147,8 +148,9 @@ RUNS = (
 )  # fmt: skip
 
 
-def gap(entropy_by_step: dict[int, float], first: int, last: int, target: float = TARGET) -> float:
-    """``mean |H - H*| / H*`` over steps ``first..last``; every one of them must be logged."""
+def gap(entropy_by_step: dict[int, float], first: int, last: int, target: float | Sequence[float] = TARGET) -> float:
+    """``mean |H - H*| / H*`` over steps ``first..last``; every one of them must be logged. ``target``: one value, or
+    one per step (a controlled run's logged targets: :func:`~verl_ext.analysis.control.logged_targets`)."""
     missing = [s for s in range(first, last + 1) if s not in entropy_by_step]
     if missing:
         raise ValueError(f"no actor/entropy at steps {missing}")
@@ -188,7 +190,7 @@ def figures(run: RealRun, evals: dict[str, dict[str, float]], root: Path = RESUL
     ev = evals[run.evaluation]
     return {
         "config": run.config, "seed": run.seed, "log": run.log,
-        "gap": gap(entropy, steps // 2 + 1, steps),
+        "gap": gap(entropy, steps // 2 + 1, steps, logged_targets(rows, second_half, TARGET)),
         "entropy_first5": statistics.fmean(entropy[s] for s in range(1, 6)),
         "entropy_second_half": statistics.fmean(entropy[s] for s in second_half),
         "entropy_last5": statistics.fmean(entropy[s] for s in range(steps - 4, steps + 1)),

@@ -185,6 +185,17 @@ PATCHES: list[Patch] = [
     Patch("ppo_loss", "verl.workers.utils.losses:ppo_loss", "replaces", "trainer.actor_loss",
           "re-stated with the extra inputs of verl_ext's losses and KL clipping", ALL,
           params=("config", "model_output", "data", "dp_group"), also="tests/trainer/test_actor_loss.py"),
+    Patch("vanilla_clip_ratio_high", "verl.trainer.ppo.core_algos:compute_policy_loss_vanilla", "reads",
+          "trainer.actor_loss", "the `clip_high` actuator's bound reaches verl's PPO loss as the `clip_ratio_high` of "
+          "the config it is called with, read at each call", ALL,
+          params=("old_log_prob", "log_prob", "advantages", "response_mask", "loss_agg_mode", "config",
+                  "rollout_is_weights"),
+          source=("clip_ratio_high = config.clip_ratio_high if config.clip_ratio_high is not None else clip_ratio",
+                  "ratio, 1 - cliprange_low, 1 + cliprange_high"), also="tests/trainer/test_clip_high.py"),
+    Patch("base_config_frozen", "verl.base_config:BaseConfig.__setattr__", "replaces", "trainer.actor_loss",
+          "a shallow copy of the actor config takes the step's `clip_ratio_high` through `object.__setattr__` (verl "
+          "freezes a set field against assignment)", ALL, params=("self", "name", "value"),
+          source=("raise FrozenInstanceError(",)),
     Patch("actor_roles", "verl.trainer.ppo.utils:Role", "reads", "trainer.workers",
           "the roles whose worker trains the actor", ALL,
           source=("Actor = 0", "ActorRollout = 2", "ActorRolloutRef = 6")),

@@ -38,6 +38,10 @@ ENTROPY_COEF = "entropy_coef"
 POS_WEIGHT = "pos_weight"
 """Batch field: EntroPIC's weight alpha of the step (actuator ``pos_weight``), on every token."""
 
+CLIP_RATIO_HIGH = "clip_ratio_high"
+"""Batch field: the entropy controller's PPO upper clip bound ``eps_high`` of the step (actuator ``clip_high``), on every
+token; the actor loss hands it to the policy loss as the actor's ``clip_ratio_high``."""
+
 POS_WEIGHT_NORM = "pos_weight_norm"
 """Batch field beside ``pos_weight``, on every token: 1 where EntroPIC's term is normalised by the high-probability
 tokens of each micro-batch (``entropic_norm=high_prob``, EntroPIC's), 0 where by all valid tokens (``all_tokens``)."""
@@ -62,8 +66,12 @@ CONTROL_INTEGRATIONS = CONTROL_METRIC_PREFIX + "integrations"
 CONTROL_BAD_STEPS = CONTROL_METRIC_PREFIX + "bad_steps"
 """How many of the run's measured entropies so far were not finite or <= 0 (not learned from; the actuator held its
 last value at each); logged every step."""
+CONTROL_ANCHOR = CONTROL_METRIC_PREFIX + "anchor"
+"""``target_unit=initial``: the entropy (nats per token) of the first step the controller measured, which the relative
+target and ``target_end`` multiply; logged every step from that step on."""
 CONTROL_ACTUATOR_KEYS = {"cov_ratio": CONTROL_RATIO, "entropy_coef": CONTROL_METRIC_PREFIX + "entropy_coef",
-                         "pos_weight": CONTROL_METRIC_PREFIX + "pos_weight"}  # fmt: skip
+                         "pos_weight": CONTROL_METRIC_PREFIX + "pos_weight",
+                         "clip_high": CONTROL_METRIC_PREFIX + "clip_high"}  # fmt: skip
 """Each actuator's value under its own name (``entropy_control/ratio`` kept for the selection ratio)."""
 
 CUT_RATIO_PREFIX = "verl_ext/"
@@ -95,7 +103,7 @@ def lens_file_for(log: str | Path) -> Path:
 
 
 __all__ = [
-    "CONTROL_BAD_STEPS",
+    "CONTROL_BAD_STEPS", "CONTROL_ANCHOR", "CLIP_RATIO_HIGH",
     "CONTROL_ACTUATOR_KEYS", "CONTROL_GATE", "CONTROL_VALUE", "ENTROPY_COEF", "HIGH_ENTROPY_WEIGHT", "POS_WEIGHT",
     "CONTROL_ENTROPY", "CONTROL_ERROR", "CONTROL_INTEGRAL", "CONTROL_INTEGRATIONS", "CONTROL_LIMITED", "POS_WEIGHT_NORM", "CONTROL_METRIC_PREFIX", "CONTROL_RATIO",
     "CONTROL_SATURATED", "CONTROL_TARGET", "COV_SELECTED", "LENS_SUFFIX", "OLD_ENTROPY", "lens_file_for",

@@ -132,3 +132,70 @@ def test_the_gap_noise_floor_is_the_per_step_gap_of_an_entropy_held_on_target():
         assert gap_noise_floor(sigma) == pytest.approx(quadrature, rel=1e-6), sigma
     assert gap_noise_floor(0.004) == pytest.approx(0.004 * math.sqrt(2 / math.pi), rel=1e-3)
     assert 0.42 < gap_noise_floor(0.49) < 0.43
+
+
+# ----------------------------------------------------------------------------------------------------------
+# a scheduled target: every tracking figure compares each step with its own target
+# ----------------------------------------------------------------------------------------------------------
+
+
+def scheduled_run(path: Path, steps: int = 20) -> list[dict]:
+    """An autopilot run whose target moves linearly from 2.0 to 1.0 and whose entropy sits 10 % above each step's
+    target. Against the constant first target 2.0 it would look far off."""
+    rows = []
+    with path.open("w") as handle:
+        for step in range(1, steps + 1):
+            target = 2.0 - (step - 1) / (steps - 1)
+            data = {"actor/entropy": 1.1 * target, "critic/score/mean": 0.5, "entropy_control/target": target,
+                    "entropy_control/entropy": 1.1 * target, "entropy_control/value": 0.3,
+                    "entropy_control/saturated": 0.0}  # fmt: skip
+            rows.append(data)
+            handle.write(json.dumps({"step": step, "data": data}) + "\n")
+    return rows
+
+
+def test_tracking_on_a_scheduled_target_uses_each_steps_target(tmp_path):
+    """Entropy 10 % above a moving target at every step: bias, block gap and per-step gap are 10 %. Compared with a
+    constant target (the schedule's start, 2.0), the same run would show ~35 % and a bias below 1: the test fails if
+    a summary uses one target for every step."""
+    from verl_ext.analysis.control import tracking
+    from verl_ext.analysis.run_reader import read_runs
+
+    rows = scheduled_run(tmp_path / "run.jsonl")
+    (run,) = read_runs(str(tmp_path / "run.jsonl"))
+    record = tracking(run)
+    assert record.bias == pytest.approx(0.1, rel=1e-9)
+    assert record.block_gap == pytest.approx(0.1, rel=1e-9)
+    assert record.mean_abs_rel_error == pytest.approx(0.1, rel=1e-9)
+    constant = sum(abs(r["entropy_control/entropy"] - 2.0) / 2.0 for r in rows[10:]) / 10
+    assert constant > 0.3  # what a constant target would report
+
+
+def test_tracking_aligns_by_step_and_skips_steps_without_a_target(tmp_path):
+    """A first step logged with no target (null: target_unit=initial before its anchor) is not counted, and the
+    others are compared step by step (not by position in two series of different lengths)."""
+    from verl_ext.analysis.control import tracking
+    from verl_ext.analysis.run_reader import read_runs
+
+    path = tmp_path / "run.jsonl"
+    with path.open("w") as handle:
+        handle.write(json.dumps({"step": 1, "data": {"entropy_control/target": None, "entropy_control/entropy": 5.0,
+                                                     "entropy_control/value": 0.28}}) + "\n")  # fmt: skip
+        for step in range(2, 12):
+            data = {"entropy_control/target": float(step), "entropy_control/entropy": 1.1 * step,
+                    "entropy_control/value": 0.3}  # fmt: skip
+            handle.write(json.dumps({"step": step, "data": data}) + "\n")
+    (run,) = read_runs(str(path))
+    record = tracking(run)
+    assert record.steps == 5 and record.bias == pytest.approx(0.1, rel=1e-9)
+
+
+def test_logged_targets_reads_each_steps_target_or_the_constant_of_an_uncontrolled_run():
+    from verl_ext.analysis.control import logged_targets
+
+    controlled = {s: {"entropy_control/target": 0.1 * s} for s in range(1, 6)}
+    assert logged_targets(controlled, [3, 4, 5], 0.3).tolist() == pytest.approx([0.3, 0.4, 0.5])
+    assert logged_targets({s: {"actor/entropy": 1.0} for s in range(1, 6)}, [4, 5], 0.3).tolist() == [0.3, 0.3]
+    controlled[4] = {"entropy_control/target": None}
+    with pytest.raises(ValueError, match=r"steps \[4\]"):
+        logged_targets(controlled, [3, 4, 5], 0.3)

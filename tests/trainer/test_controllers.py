@@ -146,7 +146,7 @@ def test_refused_pairs_name_the_key_and_say_why(controller, actuator):
         EntropyControlConfig(enable=True, controller=controller, actuator=actuator)
     assert info.value.key == "verl_ext.entropy_control.actuator"
     assert REFUSED[(controller, actuator)] in info.value.message
-    assert len(PAIRS) + len(REFUSED) == 12  # every pair is either allowed or refused with a reason
+    assert len(PAIRS) + len(REFUSED) == 16  # every (controller, actuator) pair of 4 x 4 is allowed or refused with a reason
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,12 @@
   even an entropy held exactly on target shows it, and it rewards undershooting (``|H - H*| / H*`` is at most 1 below
   the target, unbounded above).
 * :func:`tracking` - the figures above for a run that logged the autopilot, over the second half of the run.
+* :func:`logged_targets` - each step's target as the run logged it (``entropy_control/target``), for summaries that
+  read verl's file log: a scheduled or relative target moves, and every figure above compares each step's entropy with
+  that step's target.
+
+Every figure takes one target per step: with ``schedule=linear`` / ``cosine`` or ``target_unit=initial`` the
+constant ``target`` key is not the target of most steps.
 * :func:`lens_summary` - from a ``<experiment>.lens.jsonl`` file (``verl_ext.token_lens``): the most frequently
   selected token strings with their count, mean advantage, mean probability and mean covariance.
 """
@@ -20,7 +26,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -145,6 +151,21 @@ def relative_gap(entropy: Sequence[float] | np.ndarray, target: float | Sequence
     return float((np.abs(h - t) / t).mean())
 
 
+def logged_targets(rows: Mapping[int, Mapping[str, object]], steps: Sequence[int], default: float) -> np.ndarray:
+    """``H*_t`` for each of ``steps`` from a run's rows of metrics by step (verl's file log): the logged
+    ``entropy_control/target`` when the run logged the autopilot (any row has it), else ``default`` for every step (an
+    uncontrolled run, compared with the target of the controlled ones). A controlled run without a finite target > 0 at
+    one of ``steps`` (missing, or ``null``: ``target_unit=initial`` before its first measurement) is a ``ValueError``
+    naming the steps."""
+    if not any(TARGET_KEY in row for row in rows.values()):
+        return np.full(len(steps), float(default))
+    values = [rows.get(s, {}).get(TARGET_KEY) for s in steps]
+    bad = [s for s, v in zip(steps, values) if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0]
+    if bad:
+        raise ValueError(f"no {TARGET_KEY} > 0 logged at steps {bad} of a run that logged the autopilot")
+    return np.asarray(values, dtype=float)
+
+
 def tracking(run: Run) -> Tracking | None:
     """The second-half tracking figures of ``run``, or ``None`` when it logged no autopilot metrics: :func:`bias`,
     :func:`block_gap` and the per-step :func:`relative_gap` over the second half, the share of its steps on a bound
@@ -152,12 +173,19 @@ def tracking(run: Run) -> Tracking | None:
     :func:`log_noise_sigma` estimates from the whole run."""
     if TARGET_KEY not in run.metrics or ENTROPY_KEY not in run.metrics:
         return None
-    steps, target = run.series(TARGET_KEY)
-    _, entropy = run.series(ENTROPY_KEY)
+    target_by_step, entropy_by_step = run.metrics[TARGET_KEY], run.metrics[ENTROPY_KEY]
+    # each step against its own target (a scheduled or relative one moves); no target yet: not counted
+    steps = np.array(sorted(s for s in set(target_by_step) & set(entropy_by_step) if math.isfinite(target_by_step[s])),
+                     dtype=np.int64)  # fmt: skip
+    if steps.size == 0:
+        return None
+    target = np.array([target_by_step[s] for s in steps], dtype=float)
+    entropy = np.array([entropy_by_step[s] for s in steps], dtype=float)
     half = len(steps) // 2
     counted = len(steps) - half
     _, ratio = run.series(RATIO_KEY if RATIO_KEY in run.metrics else CONTROL_VALUE)  # the actuator's value
-    saturated = run.series(SATURATED_KEY)[1][half:] if SATURATED_KEY in run.metrics else np.zeros(counted)
+    saturated_by_step = run.metrics.get(SATURATED_KEY, {})
+    saturated = np.array([saturated_by_step.get(int(s), 0.0) for s in steps[half:]], dtype=float)
     h, t = entropy[half:], target[half:]
     positive = bool((h > 0).all() and (t > 0).all())
     sigma = log_noise_sigma(entropy) if entropy.size >= 3 and (entropy > 0).all() else math.nan
@@ -224,4 +252,4 @@ def format_lens(path: str | Path, total: int, rows: list[LensRow]) -> str:
 
 
 __all__ = ["BLOCK_STEPS", "LensRow", "Tracking", "bias", "block_gap", "bound_share", "format_lens", "format_tracking",
-           "gap_noise_floor", "lens_summary", "log_noise_sigma", "relative_gap", "tracking"]
+           "gap_noise_floor", "lens_summary", "log_noise_sigma", "logged_targets", "relative_gap", "tracking"]

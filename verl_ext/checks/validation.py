@@ -14,7 +14,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
 
-from verl_ext.config import ConfigError, PolicyLossConfig, bounded_dynamic_sampling
+from verl_ext.config import ConfigError, PolicyLossConfig, bounded_dynamic_sampling, clip_ratios
 from verl_ext.contract import REPLAY_POLL_INTERVAL
 from verl_ext.losses import COV_LOSSES, ERC_LOSSES
 from verl_ext.registration import KEEP_VERL_COV_ENV, keep_verl_cov
@@ -286,7 +286,11 @@ def check_platform(config: DictConfig) -> str:
 
 def check_actuator(config: DictConfig, feature: Any) -> None:
     """The autopilot's actuator must have something to act on: ``cov_ratio`` a batch-scope ``clip_cov`` / ``kl_cov``;
-    ``entropy_coef`` an actor whose fixed ``entropy_coeff`` is 0 (the actuator replaces it)."""
+    ``entropy_coef`` an actor whose fixed ``entropy_coeff`` is 0 (the actuator replaces it); ``clip_high`` a policy
+    loss of :data:`~verl_ext.control.actuators.CLIP_HIGH_LOSSES` and, with ``clip_high_init`` null, an actor
+    ``clip_ratio_high`` (its rest value) inside [clip_high_min, clip_high_max]."""
+    from verl_ext.control.actuators import CLIP_HIGH_LOSSES, clip_high_refusal
+
     actor = _select(config, ACTOR)
     if feature.actuator == "cov_ratio" and not needs_batch_selection(actor):
         mode = _select(config, f"{POLICY_LOSS}.loss_mode", "vanilla")
@@ -301,6 +305,20 @@ def check_actuator(config: DictConfig, feature: Any) -> None:
             raise ConfigError(f"{ACTOR}.entropy_coeff", f"{fixed!r} is invalid with verl_ext.entropy_control.actuator="
                               "entropy_coef, which sets the entropy coefficient each step: allowed 0 (start the "
                               "autopilot's coefficient with verl_ext.entropy_control.coef_init)")  # fmt: skip
+    if feature.actuator == "clip_high":
+        mode = _select(config, f"{POLICY_LOSS}.loss_mode", "vanilla") or "vanilla"
+        refusal = clip_high_refusal(mode)
+        if refusal is not None:
+            raise ConfigError("verl_ext.entropy_control.actuator", f"clip_high cannot act on {POLICY_LOSS}.loss_mode="
+                              f"{mode}: {refusal}; allowed loss_mode: {sorted(CLIP_HIGH_LOSSES)} (other actuators: "
+                              "entropy_coef, pos_weight, any loss)")  # fmt: skip
+        if feature.clip_high_init is None:
+            _, eps_high = clip_ratios(actor)
+            if not feature.clip_high_min <= eps_high <= feature.clip_high_max:
+                raise ConfigError("verl_ext.entropy_control.clip_high_init", f"is null, so the rest value is {ACTOR}."
+                                  f"clip_ratio_high={eps_high}, outside [clip_high_min, clip_high_max] = "
+                                  f"[{feature.clip_high_min}, {feature.clip_high_max}]: set clip_high_init or widen "
+                                  "the bounds")  # fmt: skip
 
 
 def check_driver_features(config: DictConfig) -> list[str]:
@@ -339,9 +357,9 @@ def check_driver_features(config: DictConfig) -> list[str]:
                     raise ConfigError("verl_ext.entropy_control.ratio_init", f"is null, so the autopilot starts from "
                                       f"{POLICY_LOSS}.{RATIO_KEYS[mode]}={ratio}, outside [ratio_min, ratio_max] = "
                                       f"[{feature.ratio_min}, {feature.ratio_max}]: set ratio_init or widen the bounds")  # fmt: skip
-            target = f"{feature.target}" if feature.schedule == "constant" else (
-                f"{feature.schedule} {feature.target} -> {feature.target_end}")
-            described.append(f"entropy autopilot: target {target} nats/token, controller {feature.controller} on "
+            from verl_ext.control.targets import describe
+
+            described.append(f"entropy autopilot: target {describe(feature)}, controller {feature.controller} on "
                              f"actuator {feature.actuator}")  # fmt: skip
         else:
             described.append(f"token lens: every {feature.every_n_steps} step(s), {feature.context_tokens} tokens of context")

@@ -1,23 +1,42 @@
-"""The three entropy actuators: what a controller's value changes in the training step.
+"""The four entropy actuators: what a controller's value changes in the training step.
 
 | actuator | value | direction | off | where it acts |
 | --- | --- | --- | --- | --- |
 | ``cov_ratio`` | Clip-Cov's / KL-Cov's selection ratio (``ratio_min`` .. ``ratio_max``) | + (more tokens detached / anchored: entropy up) | none | the driver's batch-scope selection (``clip_cov`` / ``kl_cov``, ``cov_scope=batch``) |
 | ``entropy_coef`` | the coefficient ``c`` of verl's entropy term ``- c * agg(H)`` (``coef_min`` .. ``coef_max``) | + | 0 | the actor loss (batch field ``entropy_coef``), with the entropy's graph |
 | ``pos_weight`` | EntroPIC's ``alpha`` (``weight_min`` .. ``weight_max``, [-1, 1]): the loss gains ``alpha * agg(-r |A|)`` on the tokens whose current probability exceeds 0.95, so positive high-probability tokens weigh ``1 + alpha`` and negative ones ``1 - alpha`` | - (alpha > 0 sharpens: entropy down) | 0 | the actor loss (batch field ``pos_weight``) |
+| ``clip_high`` | the PPO upper clip bound ``eps_high`` (DAPO's clip-higher; verl's ``actor.clip_ratio_high``; ``clip_high_min`` .. ``clip_high_max``): a token with ``A > 0`` keeps its gradient up to ``r = 1 + eps_high`` | + (a wider bound lets unlikely tokens with positive advantage gain more probability: entropy up, DAPO's clip-higher) | none | the actor loss (batch field ``clip_ratio_high``, handed to the policy loss as the actor's ``clip_ratio_high``) |
 
-Which controller may drive which actuator (:data:`PAIRS`) and why the others are refused (:data:`REFUSED`).
+Which controller may drive which actuator (:data:`PAIRS`) and why the others are refused (:data:`REFUSED`); which
+policy losses ``clip_high`` can act on (:data:`CLIP_HIGH_LOSSES`) and why the others are refused
+(:data:`CLIP_HIGH_REFUSED_LOSSES`).
+
+``clip_high``'s numbers (the keys ``clip_high_min`` / ``clip_high_max``; its rest value is the actor's configured
+``clip_ratio_high`` unless ``clip_high_init`` is set):
+
+* :data:`CLIP_HIGH_MIN` 0.2: PPO's symmetric bound, which DAPO keeps as its lower ``eps_low`` (DAPO, arXiv 2503.14476:
+  ``eps_low = 0.2``, ``eps_high = 0.28``) - the actuator never clips tighter than standard PPO;
+* :data:`CLIP_HIGH_MAX` 1.0: BAPO's largest upper bound (arXiv 2510.18927; WooooDyy/BAPO ``recipe/bapo/run_bapo_example.sh``:
+  the ratio bound ``c_high`` starts at ``high_start=1.2`` and widens up to ``high_max=2.0``, that is ``eps_high`` from
+  0.2 to 1.0; the same maximum in their ``bapo_trainer.yaml``), used there on 7B and 32B policies;
+* the rest value of DAPO's recipes is their ``eps_high = 0.28`` (``configs/family/dapo.yaml``); GRPO's is verl's 0.2.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-ACTUATORS = ("cov_ratio", "entropy_coef", "pos_weight")
+ACTUATORS = ("cov_ratio", "entropy_coef", "pos_weight", "clip_high")
+
+CLIP_HIGH_MIN = 0.2
+"""``clip_high``'s default lower bound: PPO's symmetric ``eps`` and DAPO's ``eps_low`` (module docstring)."""
+CLIP_HIGH_MAX = 1.0
+"""``clip_high``'s default upper bound: BAPO's widest upper bound, ratio 2.0 (module docstring)."""
 
 PAIRS = frozenset({("pi", "cov_ratio"), ("pi", "entropy_coef"), ("skywork", "entropy_coef"),
                    ("entropic", "pos_weight"), ("entropic", "entropy_coef"),
-                   ("auto", "cov_ratio"), ("auto", "entropy_coef"), ("auto", "pos_weight")})  # fmt: skip
+                   ("auto", "cov_ratio"), ("auto", "entropy_coef"), ("auto", "pos_weight"),
+                   ("pi", "clip_high"), ("auto", "clip_high")})  # fmt: skip
 """The (controller, actuator) pairs that make sense; :data:`REFUSED` says why each other pair does not."""
 
 REFUSED = {
@@ -32,8 +51,43 @@ REFUSED = {
     ("entropic", "cov_ratio"): "EntroPIC's law is linear in the actuator with gains for alpha in [-1, 1]; the "
                                "selection ratio spans orders of magnitude (1e-4 .. 0.2) and is driven in log space "
                                "by controller=pi",
+    ("skywork", "clip_high"): "Skywork's rule is written for an entropy-loss coefficient: its gate switches the term off "
+                              "above the target, and the clip bound has no off value (PPO always clips somewhere): use "
+                              "controller=auto or pi",
+    ("entropic", "clip_high"): "EntroPIC's law and its gains (kp 1, ki 0.01 on H* - H in nats) are written for its "
+                               "weight alpha in [-1, 1] around 0, not for a clip bound around 0.2-0.28: use "
+                               "controller=auto or pi",
 }
 """Why each (controller, actuator) pair outside :data:`PAIRS` is refused: the error message names the pair to use."""
+
+
+CLIP_HIGH_LOSSES = {
+    "vanilla": "verl's PPO loss: clip(r, 1 - clip_ratio_low, 1 + clip_ratio_high) on every token",
+    "grpo_erc": "DAPO's dual-clip PPO surrogate with clip_ratio_high as its upper bound, then the entropy-ratio mask",
+    "clip_cov": "the PPO clipped surrogate with clip_ratio_high on the tokens Clip-Cov does not detach",
+    "high_entropy": "the dual-clip PPO surrogate with clip_ratio_high, on the high-entropy tokens",
+    "entropy_adv": "the PPO clipped surrogate with clip_ratio_high, on the entropy-shaped advantages",
+}
+"""The policy losses (``actor_rollout_ref.actor.policy_loss.loss_mode``) whose upper clip bound is verl's
+``clip_ratio_high`` in the PPO sense (a positive-advantage token loses its gradient beyond ``r = 1 + eps_high``), so
+that ``clip_high`` acts as DAPO's clip-higher: why each is allowed. Every other loss is refused; the known ones with
+their reason in :data:`CLIP_HIGH_REFUSED_LOSSES`."""
+
+CLIP_HIGH_REFUSED_LOSSES = {
+    "kl_cov": "KL-Cov does not clip (clip_ratio_high only feeds its pg_clipfrac metric): the bound would change nothing",
+    "gppo_erc": "CE-GPPO keeps the gradient of tokens beyond the bound (scaled by gppo_beta2 x (1 + clip_ratio_high)), "
+                "so the bound does not decide which positive tokens learn: DAPO's clip-higher mechanism is not there",
+}
+"""Policy losses ``clip_high`` refuses, with the reason the config-time error gives. A loss in neither this nor
+:data:`CLIP_HIGH_LOSSES` (verl's other losses: gspo, sapo, cispo, ...) is refused as not checked."""
+
+
+def clip_high_refusal(loss_mode: str) -> str | None:
+    """Why ``actuator=clip_high`` cannot act on ``loss_mode`` (``None`` when it can: :data:`CLIP_HIGH_LOSSES`)."""
+    if loss_mode in CLIP_HIGH_LOSSES:
+        return None
+    return CLIP_HIGH_REFUSED_LOSSES.get(loss_mode, f"{loss_mode} is not checked to read clip_ratio_high as the PPO "
+                                                   "upper clip bound of every token")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -51,10 +105,17 @@ class Actuator:
     """The value that turns the actuator off (Skywork's gate), or ``None`` when it has none."""
 
 
-def actuator_from_config(config, loss_ratio: float | None = None) -> Actuator:
+def actuator_from_config(config, loss_ratio: float | None = None, clip_high: float | None = None) -> Actuator:
     """The actuator named by ``config.actuator`` (an :class:`~verl_ext.control.autopilot.EntropyControlConfig`);
-    ``loss_ratio`` is the loss's configured selection ratio, ``cov_ratio``'s start when ``ratio_init`` is null."""
+    ``loss_ratio`` is the loss's configured selection ratio, ``cov_ratio``'s start when ``ratio_init`` is null;
+    ``clip_high`` the actor's configured ``clip_ratio_high``, ``clip_high``'s rest value when ``clip_high_init`` is
+    null."""
     name = config.actuator
+    if name == "clip_high":
+        init = config.clip_high_init if config.clip_high_init is not None else clip_high
+        if init is None:
+            raise ValueError("clip_high needs clip_high_init or the actor's configured clip_ratio_high")
+        return Actuator(name, config.clip_high_min, config.clip_high_max, float(init), +1, None)
     if name == "cov_ratio":
         init = config.ratio_init if config.ratio_init is not None else loss_ratio
         if init is None:
@@ -67,4 +128,5 @@ def actuator_from_config(config, loss_ratio: float | None = None) -> Actuator:
     raise ValueError(f"unknown actuator {name!r}; allowed {list(ACTUATORS)}")
 
 
-__all__ = ["ACTUATORS", "Actuator", "PAIRS", "REFUSED", "actuator_from_config"]
+__all__ = ["ACTUATORS", "Actuator", "CLIP_HIGH_LOSSES", "CLIP_HIGH_MAX", "CLIP_HIGH_MIN", "CLIP_HIGH_REFUSED_LOSSES", "PAIRS",
+           "REFUSED", "actuator_from_config", "clip_high_refusal"]  # fmt: skip

@@ -1,14 +1,15 @@
-"""Entropy autopilot: hold the policy's entropy on a target with one of three controllers driving one of three actuators.
+"""Entropy autopilot: hold the policy's entropy on a target with one of four controllers driving one of four actuators.
 
-The target ``H*`` (nats per token; constant or scheduled) is compared each step with the batch's measured entropy
+The target ``H*`` (nats per token, or a ratio to the first step's entropy: ``target_unit``; constant or scheduled:
+:mod:`~verl_ext.control.targets`) is compared each step with the batch's measured entropy
 ``H`` - the mean per-token entropy of the old-log-prob pass, which verl computes anyway - before the update of the
 same step (no lag). A controller (:mod:`~verl_ext.control.controllers`: ``pi`` in log space, Skywork-OR1's
 ``skywork`` rule, EntroPIC's ``entropic`` law; :mod:`~verl_ext.control.self_tuning`: ``auto``, which measures its
 noise and learns its plant) turns the gap into the value of an actuator
 (:mod:`~verl_ext.control.actuators`: Clip-Cov's / KL-Cov's selection ratio ``cov_ratio``, the entropy-loss
-coefficient ``entropy_coef``, EntroPIC's weight ``pos_weight``); :data:`~verl_ext.control.actuators.PAIRS` lists
+coefficient ``entropy_coef``, EntroPIC's weight ``pos_weight``, the PPO upper clip bound ``clip_high``); :data:`~verl_ext.control.actuators.PAIRS` lists
 the pairs that make sense. Everything here is pure Python (no torch, no verl): :class:`EntropyControlConfig` (the
-``verl_ext.entropy_control`` keys and their validation), :func:`target_at` (the schedule) and
+``verl_ext.entropy_control`` keys and their validation), the target (:mod:`~verl_ext.control.targets`) and
 :class:`EntropyController` (controller + actuator + schedule, whose state the trainers save with every checkpoint).
 """
 
@@ -20,20 +21,23 @@ from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 from verl_ext.config import PrefixedConfig
-from verl_ext.contract import (CONTROL_ACTUATOR_KEYS, CONTROL_BAD_STEPS, CONTROL_ENTROPY, CONTROL_ERROR, CONTROL_GATE,
+from verl_ext.contract import (CONTROL_ACTUATOR_KEYS, CONTROL_ANCHOR, CONTROL_BAD_STEPS, CONTROL_ENTROPY, CONTROL_ERROR, CONTROL_GATE,
                                CONTROL_INTEGRAL, CONTROL_INTEGRATIONS, CONTROL_LIMITED, CONTROL_SATURATED, CONTROL_TARGET,
                                CONTROL_VALUE)
-from verl_ext.control.actuators import ACTUATORS, PAIRS, REFUSED, Actuator, actuator_from_config
+from verl_ext.control.actuators import (ACTUATORS, CLIP_HIGH_MAX, CLIP_HIGH_MIN, PAIRS, REFUSED, Actuator,
+                                        actuator_from_config)
 from verl_ext.control.controllers import CONTROLLERS as FIXED_LAW_CONTROLLERS
 from verl_ext.control.controllers import Controller, PIController, make_controller, state_dict
 from verl_ext.control.self_tuning import NOISE_RATIOS, SelfTuningController
+from verl_ext.control.targets import SCHEDULES, TARGET_UNITS, target_at, target_nats  # noqa: F401  (target_at: re-exported)
 
 logger = logging.getLogger(__name__)
 
 AUTOPILOT_CONFIG_PREFIX = "verl_ext.entropy_control."
-STATE_SCHEMA = 2
-"""The version of :meth:`EntropyController.state_dict`'s layout; a checkpoint with another is an error on load."""
-SCHEDULES = ("constant", "linear", "cosine")
+STATE_SCHEMA = 3
+"""The version of :meth:`EntropyController.state_dict`'s layout (3: with ``target_unit`` and the anchor ``H_1``); a
+checkpoint with another is an error on load, except schema 2 with ``target_unit=nats`` (it lacks only the anchor, which
+a target in nats does not use)."""
 WEIGHT_NORMS = ("high_prob", "all_tokens")
 """``weight_norm``: what EntroPIC's term is normalised by (:mod:`verl_ext.trainer.actor_loss`)."""
 CONTROLLERS = (*FIXED_LAW_CONTROLLERS, "auto")
@@ -58,6 +62,7 @@ OWNED_KEYS = {
     **{f"ratio_{k}": ("actuator", "cov_ratio") for k in ("min", "max", "init")},
     **{f"coef_{k}": ("actuator", "entropy_coef") for k in ("min", "max", "init")},
     **{f"weight_{k}": ("actuator", "pos_weight") for k in ("min", "max", "init", "norm")},
+    **{f"clip_high_{k}": ("actuator", "clip_high") for k in ("min", "max", "init")},
 }  # fmt: skip
 """Keys that only one controller or actuator reads: set away from its default while another is chosen, it would be
 ignored, so it is an error."""
@@ -85,11 +90,19 @@ class EntropyControlConfig(PrefixedConfig):
     actuator: str = "entropy_coef"
     """``entropy_coef`` (the default: it works with every policy loss; the real-model runs held the target closest with
     it), ``cov_ratio`` (Clip-Cov / KL-Cov selection ratio; ``clip_cov`` / ``kl_cov`` with ``cov_scope=batch``),
-    ``entropy_coef`` (the coefficient of verl's entropy term; actor ``entropy_coeff`` must be 0) or ``pos_weight``
-    (EntroPIC's alpha on high-probability tokens; any policy loss)."""
+    ``entropy_coef`` (the coefficient of verl's entropy term; actor ``entropy_coeff`` must be 0), ``pos_weight``
+    (EntroPIC's alpha on high-probability tokens; any policy loss) or ``clip_high`` (the PPO upper clip bound
+    ``clip_ratio_high``; the losses of :data:`~verl_ext.control.actuators.CLIP_HIGH_LOSSES`)."""
 
     target: float = 1.0
-    """Target entropy in nats per token (> 0); the start value of a schedule."""
+    """Target entropy (> 0) in ``target_unit``: nats per token, or a ratio to the first step's entropy; the start value
+    of a schedule."""
+
+    target_unit: str = "nats"
+    """The unit of ``target`` and ``target_end``: ``nats`` (nats per token) or ``initial`` (a ratio to ``H_1``, the
+    entropy the controller measures at its first step - step 1 of a fresh run -, as AER anchors its target: 0.5 holds
+    half of it). With ``initial`` the first step only measures ``H_1`` and applies the actuator's rest value; the
+    controller acts from the next step on ``target x H_1`` (:mod:`~verl_ext.control.targets`)."""
 
     schedule: str = "constant"
     """``constant`` (``target`` throughout), ``linear`` or ``cosine`` from ``target`` to ``target_end``."""
@@ -176,6 +189,17 @@ class EntropyControlConfig(PrefixedConfig):
     weight_init: float = 0.0
     """``pos_weight``: alpha at zero error (EntroPIC: 0, the plain loss), in [weight_min, weight_max]."""
 
+    clip_high_min: float = CLIP_HIGH_MIN
+    """``clip_high``: the narrowest upper clip bound ``eps_high`` (> 0; default 0.2, PPO's symmetric bound and DAPO's
+    ``eps_low``: never tighter than standard PPO)."""
+
+    clip_high_max: float = CLIP_HIGH_MAX
+    """``clip_high``: the widest upper clip bound ``eps_high`` (> clip_high_min; default 1.0, BAPO's widest: ratio 2.0)."""
+
+    clip_high_init: float | None = None
+    """``clip_high``: the rest value (the value at zero error, and the value of a ``target_unit=initial`` run's first
+    step), in [clip_high_min, clip_high_max]; null: the actor's configured ``clip_ratio_high`` (DAPO's recipes: 0.28)."""
+
     weight_norm: str = "high_prob"
     """``pos_weight``: what EntroPIC's term ``alpha * sum_HP(-r |A|)`` is divided by. ``high_prob`` (EntroPIC's): the
     high-probability tokens of each micro-batch, each micro-batch weighted by its share of the mini-batch's tokens;
@@ -188,7 +212,11 @@ class EntropyControlConfig(PrefixedConfig):
                 raise EntropyControlConfig.error(key, f"{getattr(self, key)!r} is invalid: allowed true or false")
         if self.schedule not in SCHEDULES:
             raise EntropyControlConfig.error("schedule", f"{self.schedule!r} is invalid: allowed one of {list(SCHEDULES)}")
-        _positive("target", self.target)
+        if self.target_unit not in TARGET_UNITS:
+            raise EntropyControlConfig.error("target_unit", f"{self.target_unit!r} is invalid: allowed one of "
+                                             f"{list(TARGET_UNITS)} (nats per token, or a ratio to the first step's "
+                                             "entropy)")  # fmt: skip
+        _positive("target", self.target, self.target_unit)
         if self.schedule == "constant":
             if self.target_end is not None:
                 raise EntropyControlConfig.error("target_end", f"{self.target_end!r} is set but schedule=constant ignores it: "
@@ -197,7 +225,7 @@ class EntropyControlConfig(PrefixedConfig):
             if self.target_end is None:
                 raise EntropyControlConfig.error("target_end", f"is null but schedule={self.schedule} moves from target to "
                                           "target_end: set a number > 0")  # fmt: skip
-            _positive("target_end", self.target_end)
+            _positive("target_end", self.target_end, self.target_unit)
         if self.schedule_steps is not None and (
             isinstance(self.schedule_steps, bool) or not isinstance(self.schedule_steps, int) or self.schedule_steps < 1
         ):
@@ -251,6 +279,15 @@ class EntropyControlConfig(PrefixedConfig):
         elif self.actuator == "entropy_coef":
             self._check_range("coef", 0.0, None)
         self._check_range("weight", -1.0, 1.0)
+        lo, hi = _number("clip_high_min", self.clip_high_min), _number("clip_high_max", self.clip_high_max)
+        if not 0.0 < lo < hi:
+            raise EntropyControlConfig.error("clip_high_min", f"clip_high_min={lo!r}, clip_high_max={hi!r} are invalid: "
+                                             "allowed 0 < clip_high_min < clip_high_max (eps_high: the ratio bound is "
+                                             "1 + eps_high)")  # fmt: skip
+        if self.clip_high_init is not None and not lo <= _number("clip_high_init", self.clip_high_init) <= hi:
+            raise EntropyControlConfig.error("clip_high_init", f"{self.clip_high_init!r} is invalid: allowed null (the "
+                                             "actor's clip_ratio_high) or a number in [clip_high_min, clip_high_max] = "
+                                             f"[{lo}, {hi}]")  # fmt: skip
 
     def _check_range(self, prefix: str, floor: float, ceiling: float | None) -> None:
         """``<prefix>_min < <prefix>_max`` within ``[floor, ceiling]``, and ``<prefix>_init`` between them."""
@@ -273,41 +310,33 @@ def _number(key: str, value: Any) -> float:
     return float(value)
 
 
-def _positive(key: str, value: Any) -> float:
+def _positive(key: str, value: Any, unit: str = "nats") -> float:
     if _number(key, value) <= 0:
-        raise EntropyControlConfig.error(key, f"{value!r} is invalid: allowed a number > 0 (nats per token)")
+        meaning = "nats per token" if unit == "nats" else "with target_unit=initial: a ratio to the first step's entropy"
+        raise EntropyControlConfig.error(key, f"{value!r} is invalid: allowed a number > 0 ({meaning})")
     return float(value)
-
-
-def target_at(config: EntropyControlConfig, step: int, total_steps: int | None = None) -> float:
-    """The target entropy at training step ``step`` (1-based, as verl counts): ``target`` for ``constant``;
-    otherwise it moves from ``target`` (step 1) to ``target_end`` (step ``schedule_steps`` or ``total_steps``,
-    and after) linearly or along a half cosine."""
-    if config.schedule == "constant":
-        return float(config.target)
-    span = config.schedule_steps or total_steps
-    if span is None or span < 1:
-        raise EntropyControlConfig.error("schedule_steps", "is null and the run has no trainer.total_training_steps: set "
-                                  "the number of steps the schedule takes")  # fmt: skip
-    progress = 1.0 if span == 1 else min(max((step - 1) / (span - 1), 0.0), 1.0)
-    if config.schedule == "cosine":
-        progress = 0.5 * (1.0 - math.cos(math.pi * progress))
-    return float(config.target + (config.target_end - config.target) * progress)  # type: ignore[operator]
 
 
 class EntropyController:
     """Controller + actuator + schedule for one trainer; ``update`` once per training step."""
 
-    def __init__(self, config: EntropyControlConfig, ratio_init: float | None = None, total_steps: int | None = None):
+    def __init__(self, config: EntropyControlConfig, ratio_init: float | None = None, total_steps: int | None = None,
+                 clip_high: float | None = None):
         """``ratio_init``: the ``cov_ratio`` actuator's value at zero error when ``config.ratio_init`` is null (the
-        loss's configured ``clip_cov_ratio`` / ``kl_cov_ratio``)."""
+        loss's configured ``clip_cov_ratio`` / ``kl_cov_ratio``); ``clip_high``: the actor's configured
+        ``clip_ratio_high``, the ``clip_high`` actuator's rest value when ``config.clip_high_init`` is null."""
         self.config = config
         self.total_steps = total_steps
-        self.actuator: Actuator = actuator_from_config(config, ratio_init)
+        self.actuator: Actuator = actuator_from_config(config, ratio_init, clip_high)
         if config.actuator == "cov_ratio" and not config.ratio_min <= self.actuator.init <= config.ratio_max:
             raise EntropyControlConfig.error("ratio_init", f"the loss's ratio {self.actuator.init!r} is outside [ratio_min, "
                                       f"ratio_max] = [{config.ratio_min}, {config.ratio_max}]: set verl_ext.entropy_control."
                                       "ratio_init or widen the bounds")  # fmt: skip
+        if config.actuator == "clip_high" and not config.clip_high_min <= self.actuator.init <= config.clip_high_max:
+            raise EntropyControlConfig.error("clip_high_init", f"is null, so the rest value is the actor's clip_ratio_high"
+                                             f"={self.actuator.init!r}, outside [clip_high_min, clip_high_max] = "
+                                             f"[{config.clip_high_min}, {config.clip_high_max}]: set clip_high_init or "
+                                             "widen the bounds")  # fmt: skip
         self.controller: Controller = (SelfTuningController(config.auto_memory, config.auto_lag)
                                        if config.controller == "auto" else make_controller(config.controller, config))  # fmt: skip
         self.last_step: int | None = None
@@ -320,6 +349,8 @@ class EntropyController:
         """How many measurements in a row up to the last step were unusable (``max_bad_steps`` of them stop the run)."""
         self.last_held = False
         """Whether the last step held the actuator (an unusable measurement): nothing the step applied is learned."""
+        self.anchor: float | None = None
+        """``target_unit=initial``: ``H_1``, the entropy of the first usable step (``None`` before it, and in nats)."""
 
     @property
     def state(self):
@@ -343,13 +374,15 @@ class EntropyController:
             raise RuntimeError(f"verl_ext entropy autopilot: update for step {step} after the update of step "
                                f"{self.last_step}: the controller updates once per training step (a second update of "
                                "a step would count its error twice)")  # fmt: skip
-        target = target_at(self.config, step, self.total_steps)
         entropy = float(entropy)
         if not math.isfinite(entropy) or entropy <= 0:
-            return self._hold(step, target, entropy)
+            return self._hold(step, target_nats(self.config, step, self.total_steps, self.anchor), entropy)
         self.bad_in_a_row = 0
         self.last_held = False
-        metrics_extra: dict[str, float] = {}
+        if self.config.target_unit == "initial" and self.anchor is None:
+            return self._anchor(step, entropy)
+        target = target_nats(self.config, step, self.total_steps, self.anchor)
+        metrics_extra: dict[str, float] = {} if self.anchor is None else {CONTROL_ANCHOR: self.anchor}
         if self.controller.name == "entropic":
             k = self.integrations(mini_batches)
             decided = self.controller.step(target, entropy, self.actuator, integrations=k)  # type: ignore[call-arg]
@@ -375,6 +408,26 @@ class EntropyController:
             metrics.update(decided.estimates)
         metrics.update(metrics_extra)
         return decided.value, metrics
+
+    def _anchor(self, step: int, entropy: float) -> tuple[float, dict[str, float]]:
+        """``target_unit=initial``, the first usable measurement: it becomes the anchor ``H_1``; the controller does
+        not run (there is no target to compare with before it) and the actuator applies its rest value."""
+        self.anchor = entropy
+        self.controller.state.step = int(step)
+        self.last_step = int(step)
+        self.held = self.actuator.init
+        value = self.actuator.init
+        metrics = {
+            CONTROL_TARGET: target_nats(self.config, step, self.total_steps, self.anchor),
+            CONTROL_ANCHOR: self.anchor,
+            CONTROL_ENTROPY: entropy,
+            CONTROL_VALUE: value,
+            CONTROL_ACTUATOR_KEYS[self.actuator.name]: value,
+            CONTROL_INTEGRAL: self.controller.state.integral,
+            CONTROL_SATURATED: 0.0,
+            CONTROL_BAD_STEPS: float(self.bad_steps),
+        }
+        return value, metrics
 
     def _hold(self, step: int, target: float, entropy: float) -> tuple[float, dict[str, float]]:
         """An unusable measurement (not finite, or <= 0): the controller does not see it, the actuator holds the
@@ -408,6 +461,8 @@ class EntropyController:
             CONTROL_SATURATED: 0.0,
             CONTROL_BAD_STEPS: float(self.bad_steps),
         }
+        if self.anchor is not None:
+            metrics[CONTROL_ANCHOR] = self.anchor
         return value, metrics
 
     def actuator_limited(self, limited: bool, metrics: dict, applied: float | None = None) -> None:
@@ -427,7 +482,8 @@ class EntropyController:
 
     def settings(self) -> dict[str, Any]:
         """The settings the saved state depends on: a resume with other values is an error naming the key."""
-        out: dict[str, Any] = {"controller": self.controller.name, "actuator": self.actuator.name}
+        out: dict[str, Any] = {"controller": self.controller.name, "actuator": self.actuator.name,
+                               "target_unit": self.config.target_unit}
         if isinstance(self.controller, SelfTuningController):
             out.update(auto_memory=self.controller.memory, auto_lag=self.controller.lag, noise_ratios=list(NOISE_RATIOS))
         return out
@@ -435,7 +491,7 @@ class EntropyController:
     def state_dict(self) -> dict[str, Any]:
         """The checkpoint's state (JSON-safe): :data:`STATE_SCHEMA`, the :meth:`settings` it depends on, the
         controller's state and the bad-measurement counters."""
-        return {"schema": STATE_SCHEMA, **self.settings(), "state": state_dict(self.controller),
+        return {"schema": STATE_SCHEMA, **self.settings(), "anchor": self.anchor, "state": state_dict(self.controller),
                 "guard": {"held": self.held, "bad_steps": self.bad_steps, "bad_in_a_row": self.bad_in_a_row,
                           "last_held": self.last_held}}  # fmt: skip
 
@@ -443,7 +499,13 @@ class EntropyController:
         """Restore a saved state. Another schema, another controller or actuator, other ``auto`` settings (memory,
         lag, noise grid) or a state whose lists do not fit them is an error naming the key."""
         saved_schema = state.get("schema")
-        if saved_schema != STATE_SCHEMA:
+        if saved_schema == 2 and self.config.target_unit == "nats":  # schema 2 lacks only the anchor, unused in nats
+            state = {**state, "schema": STATE_SCHEMA, "target_unit": "nats", "anchor": None}
+        elif saved_schema == 2:
+            raise EntropyControlConfig.error("target_unit", "initial needs the anchor H_1 that this checkpoint's "
+                                             "autopilot state (schema 2) does not hold: resume with target_unit=nats, "
+                                             "or start a fresh run")  # fmt: skip
+        if state.get("schema") != STATE_SCHEMA:
             raise EntropyControlConfig.error("schema", f"the checkpoint's autopilot state has schema {saved_schema!r}; "
                                              f"this verl_ext reads schema {STATE_SCHEMA}: start the controller afresh "
                                              "(remove the state file and set fresh_on_resume=true) or resume with the "
@@ -467,6 +529,8 @@ class EntropyController:
         guard = state["guard"]
         self.held, self.bad_steps = guard["held"], int(guard["bad_steps"])
         self.bad_in_a_row, self.last_held = int(guard["bad_in_a_row"]), bool(guard["last_held"])
+        anchor = state.get("anchor")  # None in nats, or before the first usable step: that step anchors
+        self.anchor = None if anchor is None else float(anchor)
         self.last_step = int(self.controller.state.step) or None
 
 

@@ -26,7 +26,7 @@ from typing import Any, Mapping
 import torch
 from omegaconf import OmegaConf
 
-from verl_ext.config import config_value, loss_mode_of, policy_loss_params
+from verl_ext.config import clip_ratios, config_value, loss_mode_of, policy_loss_params
 from verl_ext.losses.common import masked_mean
 from verl_ext.losses.selection import token_covariance
 from verl_ext.driver.checkpoints import absolute_folder, checkpoint_folder, resume_folder, resumed_step
@@ -82,7 +82,8 @@ class VerlExtDriver:
             if control.actuator == "cov_ratio" and loss_mode_of(actor) in RATIO_KEYS:
                 (configured,) = policy_loss_params(actor, RATIO_KEYS[loss_mode_of(actor)])
             total = config_value(config.trainer, "total_training_steps")
-            self.controller = EntropyController(control, configured, total_steps=total)
+            clip_high = clip_ratios(actor)[1] if control.actuator == "clip_high" else None  # its rest value
+            self.controller = EntropyController(control, configured, total_steps=total, clip_high=clip_high)
         lens = TokenLensConfig.from_mapping(_node(config, "verl_ext.token_lens"))
         self.lens: TokenLens | None = None
         if lens.enable:

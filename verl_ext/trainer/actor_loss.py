@@ -28,6 +28,10 @@ What verl_ext adds:
   :mod:`verl_ext.losses.entropic`, normalised by the micro-batch's high-probability tokens as EntroPIC's code does
   when the batch field ``pos_weight_norm`` is 1: :func:`high_prob_normaliser`). Each logs what it changed the loss
   by (``actor/entropy_control/loss_change``, ``actor/entropic/loss_change``), measured on the loss tensor itself.
+* the ``clip_high`` actuator: the batch field ``clip_ratio_high`` (one value on every token) replaces the actor's
+  ``clip_ratio_high`` in the config the policy loss is called with (:func:`with_clip_ratio_high`), for the losses of
+  :data:`~verl_ext.control.actuators.CLIP_HIGH_LOSSES` only; the bound the loss received is logged as
+  ``actor/entropy_control/clip_ratio_high``.
   With the autopilot on with one of them (the actor keys ``entropy_control_enable`` / ``entropy_control_actuator``),
   a batch without its field is an error (:func:`check_actuator_field`), not a term silently left out.
 * KL clipping (:mod:`verl_ext.losses.kl_clip`) with metrics ``actor/kl_clip/{raw_kl,clipped_kl,frac_above}``.
@@ -41,6 +45,7 @@ pieces (``agg_loss``, ``kl_penalty``, ``get_policy_loss_fn``, ``Metric``, ``no_p
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any
 
@@ -51,7 +56,8 @@ from verl.utils.metric import AggregationType, Metric
 from verl.workers.utils.padding import no_padding_2_padding
 
 from verl_ext.config import loss_mode_of
-from verl_ext.contract import ENTROPY_COEF, HIGH_ENTROPY_WEIGHT, POS_WEIGHT, POS_WEIGHT_NORM
+from verl_ext.contract import CLIP_RATIO_HIGH, ENTROPY_COEF, HIGH_ENTROPY_WEIGHT, POS_WEIGHT, POS_WEIGHT_NORM
+from verl_ext.control.actuators import clip_high_refusal
 from verl_ext.losses import CURRENT_ENTROPY_LOSSES, TOKEN_MEAN_METRICS
 from verl_ext.losses.entropic import HIGH_PROB_THRESHOLD, entropic_term
 from verl_ext.losses.kl_clip import clipped_kl_matrix
@@ -60,7 +66,9 @@ from verl_ext.trainer.hooks import (ACTUATOR_FIELDS, COV_SELECTED, OLD_ENTROPY, 
 
 BASE_FIELDS = ("response_mask", "old_log_probs", "advantages")
 OPTIONAL_FIELDS = ("rollout_is_weights", "ref_log_prob", OLD_ENTROPY, COV_SELECTED, HIGH_ENTROPY_WEIGHT,
-                   ENTROPY_COEF, POS_WEIGHT, POS_WEIGHT_NORM)  # fmt: skip
+                   ENTROPY_COEF, POS_WEIGHT, POS_WEIGHT_NORM, CLIP_RATIO_HIGH)  # fmt: skip
+CLIP_HIGH_METRIC = "actor/entropy_control/clip_ratio_high"
+"""The upper clip bound the policy loss received from the batch field ``clip_ratio_high`` (actuator ``clip_high``)."""
 
 
 def _set_global_batch_info(config: Any, data: TensorDict) -> AggregationType:
@@ -144,7 +152,8 @@ def check_actuator_field(config: Any, fields: Any) -> None:
     if not config.get("entropy_control_enable", False):
         return
     actuator = config.get("entropy_control_actuator", None)
-    wanted = {ENTROPY_COEF: (ENTROPY_COEF,), POS_WEIGHT: (POS_WEIGHT, POS_WEIGHT_NORM)}.get(ACTUATOR_FIELDS.get(actuator))
+    wanted = {ENTROPY_COEF: (ENTROPY_COEF,), POS_WEIGHT: (POS_WEIGHT, POS_WEIGHT_NORM),
+              CLIP_RATIO_HIGH: (CLIP_RATIO_HIGH,)}.get(ACTUATOR_FIELDS.get(actuator))  # fmt: skip
     missing = [f for f in wanted or () if f not in fields]
     if missing:
         raise ValueError(
@@ -153,6 +162,28 @@ def check_actuator_field(config: Any, fields: Any) -> None:
             "dropped while the driver logs the value as applied. verl_ext's trainer adds it before each update "
             "(verl_ext.trainer.hooks.update_fields); a trainer or verl version that drops it from the batch must keep it"
         )
+
+
+def with_clip_ratio_high(config: Any, field: torch.Tensor, mask: torch.Tensor) -> tuple[Any, float]:
+    """The actor config with ``clip_ratio_high`` replaced by the batch field's value (the ``clip_high`` actuator's
+    step value, one number on every token), and that value: a shallow copy, so that verl's and verl_ext's policy
+    losses read the bound where they always do (``config.clip_ratio_high``) and everything else is shared (the global
+    batch info set for this micro-batch). One host read of the value per micro-batch (verl's own losses read their
+    metrics the same way). A loss outside :data:`~verl_ext.control.actuators.CLIP_HIGH_LOSSES`, or a field whose
+    valid tokens disagree, is a ``ValueError``."""
+    mode = loss_mode_of(config)
+    refusal = clip_high_refusal(mode)
+    if refusal is not None:
+        raise ValueError(f"verl_ext: the batch carries the autopilot's upper clip bound ({CLIP_RATIO_HIGH!r}) but "
+                         f"policy_loss.loss_mode={mode} cannot take it: {refusal}")  # fmt: skip
+    values = field[mask] if bool(mask.any()) else field.reshape(-1)
+    low, high = (float(v) for v in torch.stack([values.min(), values.max()]).tolist())
+    if low != high:
+        raise ValueError(f"verl_ext: the batch field {CLIP_RATIO_HIGH!r} holds values from {low} to {high} in one "
+                         "micro-batch; the clip_high actuator sets one bound per step")  # fmt: skip
+    updated = copy.copy(config)
+    object.__setattr__(updated, "clip_ratio_high", high)  # verl's configs freeze their fields against assignment
+    return updated, high
 
 
 def high_prob_normaliser(log_prob: torch.Tensor, mask: torch.Tensor, by_high_prob: torch.Tensor) -> torch.Tensor:
@@ -202,6 +233,9 @@ def ppo_loss(config: Any, model_output: Any, data: TensorDict, dp_group: Any = N
     batch = data.select(*fields).to_padded_tensor()
     response_mask = batch["response_mask"].to(bool)
     loss_mode = loss_mode_of(config)
+    loss_config, clip_high = config, None
+    if CLIP_RATIO_HIGH in batch.keys():  # the autopilot's clip_high actuator: the step's upper clip bound
+        loss_config, clip_high = with_clip_ratio_high(config, batch[CLIP_RATIO_HIGH], response_mask)
 
     pg_loss, pg_metrics = get_policy_loss_fn(loss_mode)(
         old_log_prob=batch["old_log_probs"],
@@ -209,12 +243,14 @@ def ppo_loss(config: Any, model_output: Any, data: TensorDict, dp_group: Any = N
         advantages=batch["advantages"],
         response_mask=response_mask,
         loss_agg_mode=config.loss_agg_mode,
-        config=config,
+        config=loss_config,
         rollout_is_weights=batch.get("rollout_is_weights", None),
         **policy_loss_extras(config, batch, entropy),
     )
     metrics: dict[str, Any] = policy_metrics(pg_metrics, response_mask, data)
     metrics["actor/pg_loss"] = Metric(value=pg_loss, aggregation=aggregation)
+    if clip_high is not None:  # what the policy loss read as its upper bound
+        metrics[CLIP_HIGH_METRIC] = Metric(value=loss_config.clip_ratio_high, aggregation=AggregationType.MEAN)
     policy_loss = pg_loss
 
     if entropy is not None:
@@ -265,4 +301,4 @@ def ppo_loss(config: Any, model_output: Any, data: TensorDict, dp_group: Any = N
     return policy_loss, metrics
 
 
-__all__ = ["check_actuator_field", "high_prob_normaliser", "kl_loss", "policy_loss_extras", "policy_metrics", "ppo_loss"]
+__all__ = ["CLIP_HIGH_METRIC", "check_actuator_field", "high_prob_normaliser", "with_clip_ratio_high", "kl_loss", "policy_loss_extras", "policy_metrics", "ppo_loss"]

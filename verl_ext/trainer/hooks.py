@@ -12,8 +12,8 @@ that verl splits them into mini- and micro-batches together with every other fie
   actor update, from the advantages and the old log-probs already in the batch. No extra forward pass.
 * ``high_entropy_weight`` (``high_entropy`` with ``policy_loss.high_entropy_scope=batch``): the top-rho tokens of the
   whole batch by the old pass's entropy, as weights (:func:`verl_ext.losses.high_entropy.high_entropy_weights`).
-* ``entropy_coef`` / ``pos_weight`` (the entropy autopilot's ``entropy_coef`` / ``pos_weight`` actuators): the step's
-  value on every token, read by the actor loss; with ``pos_weight`` also ``pos_weight_norm`` (1: EntroPIC's term is
+* ``entropy_coef`` / ``pos_weight`` / ``clip_ratio_high`` (the entropy autopilot's ``entropy_coef`` / ``pos_weight`` /
+  ``clip_high`` actuators): the step's value on every token, read by the actor loss; with ``pos_weight`` also ``pos_weight_norm`` (1: EntroPIC's term is
   divided by each micro-batch's high-probability tokens, ``weight_norm=high_prob``; 0: by all valid tokens).
 
 :func:`update_fields` computes all of them (and runs the autopilot) right before the update, for both trainers.
@@ -33,8 +33,8 @@ from tensordict import TensorDict
 from verl.workers.utils.padding import response_to_nested
 
 from verl_ext.config import config_value, loss_mode_of, policy_loss_params
-from verl_ext.contract import (COV_SELECTED, ENTROPY_COEF, HIGH_ENTROPY_WEIGHT, OLD_ENTROPY, POS_WEIGHT,
-                               POS_WEIGHT_NORM)
+from verl_ext.contract import (CLIP_RATIO_HIGH, COV_SELECTED, ENTROPY_COEF, HIGH_ENTROPY_WEIGHT, OLD_ENTROPY,
+                               POS_WEIGHT, POS_WEIGHT_NORM)
 from verl_ext.driver.mixin import VerlExtDriver
 from verl_ext.losses import COV_LOSSES, ERC_LOSSES
 from verl_ext.losses.high_entropy import high_entropy_weights
@@ -51,7 +51,7 @@ SELECTION_INPUTS = ("advantages", "old_log_probs", "response_mask", "responses")
 """Batch fields :func:`select_cov_tokens` reads (the response token ids key Clip-Cov's random draw)."""
 
 
-ACTUATOR_FIELDS = {"entropy_coef": ENTROPY_COEF, "pos_weight": POS_WEIGHT}
+ACTUATOR_FIELDS = {"entropy_coef": ENTROPY_COEF, "pos_weight": POS_WEIGHT, "clip_high": CLIP_RATIO_HIGH}
 """The batch field that carries each loss-side actuator's value to the actor loss."""
 
 
