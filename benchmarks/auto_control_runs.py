@@ -1,10 +1,13 @@
 """The self-tuning entropy controller (``controller=auto``) on the real model: its 40-step runs' tracking figures.
 
-Every run is a ``SCALE=cpu MODEL=smollm2 bash recipe/gsm8k_grpo_vanilla.sh trainer.total_training_steps=40`` GSM8K
-GRPO recipe launch on SmolLM2-135M-Instruct in CPU mode's default precision on this machine (bf16: its CPU has ``avx512_bf16``; docs/cpu_mode.md), target 0.3 nats, the
-controller's defaults (commands in docs/entropy_control.md); its verl file log is kept as
-``benchmarks/results/results_real_model_auto_*.jsonl``. Per run, over steps 21-40, by the definitions of
-:mod:`verl_ext.analysis.control` (the same as ``verl_ext.analyze``'s tracking line):
+Every run is a ``SCALE=cpu MODEL=smollm2 bash recipe/gsm8k_grpo_vanilla.sh trainer.total_training_steps=40
+verl_ext.entropy_control.enable=true verl_ext.entropy_control.target=0.3`` GSM8K GRPO launch on
+SmolLM2-135M-Instruct (seeds 1 and 2 add :data:`benchmarks.real_model_runs.SEED1` / ``SEED2``): the controller's
+defaults, nothing else set. The ``entropy_coef`` rows are the current defaults in fp32 (CPU mode's default) on a 2-core
+Intel Xeon; the ``cov_ratio`` rows (``actuator=cov_ratio`` on ``gsm8k_grpo_clip_cov.sh``) were measured in bf16 on a
+2-core AMD EPYC with ``avx512_bf16``, by the controller before its first move was bounded. Each run's verl file log is
+kept as ``benchmarks/results/results_real_model_auto_*.jsonl``. Per run, over steps 21-40, by the definitions of
+:mod:`verl_ext.analysis.control` (the same as ``verl_ext.analyze``'s tracking line), against each step's logged target:
 
 * ``bias``: ``|geomean(H / H*) - 1|``;
 * ``block gap``: the mean over 5-step blocks of ``|geomean_block(H / H*) - 1|``;
@@ -15,8 +18,9 @@ controller's defaults (commands in docs/entropy_control.md); its verl file log i
   asked (``entropy_control/limited``: Clip-Cov's covariance bounds admitted fewer candidates).
 
 and per actuator the median over its seeds, against the bounds the controller must meet on the entropy coefficient
-(bias <= 0.15, block gap <= 0.35, on a bound <= 30 %). The uncontrolled reference is vanilla GRPO's bf16 run
-(``results_real_model_vanilla_40_bf16.jsonl``, seed 0), by the same definitions.
+(bias <= 0.15, block gap <= 0.35, on a bound <= 30 %). The uncontrolled references are vanilla GRPO's runs in each
+precision (``results_real_model_vanilla_40{,_seed1,_seed2}.jsonl`` fp32, ``..._vanilla_40_bf16.jsonl`` bf16), by the
+same definitions.
 
     python -m benchmarks.auto_control_runs            # the markdown tables
     python -m benchmarks.auto_control_runs --json F   # the figures as JSON
@@ -54,17 +58,24 @@ class AutoRun:
     seed: str
     log: str
     """verl's file log, under benchmarks/results/."""
+    precision: str = "fp32"
+    """The run's compute precision (``verl_ext.cpu_precision``)."""
 
 
 RUNS = (
-    AutoRun("entropy_coef", "0", "results_real_model_auto_coef_40.jsonl"),
-    AutoRun("entropy_coef", "1", "results_real_model_auto_coef_40_seed1.jsonl"),
-    AutoRun("entropy_coef", "2", "results_real_model_auto_coef_40_seed2.jsonl"),
-    AutoRun("cov_ratio", "0", "results_real_model_auto_cov_40.jsonl"),
-    AutoRun("cov_ratio", "1", "results_real_model_auto_cov_40_seed1.jsonl"),
-    AutoRun("cov_ratio", "2", "results_real_model_auto_cov_40_seed2.jsonl"),
+    AutoRun("entropy_coef", "0", "results_real_model_auto_default_40.jsonl"),
+    AutoRun("entropy_coef", "1", "results_real_model_auto_default_40_seed1.jsonl"),
+    AutoRun("entropy_coef", "2", "results_real_model_auto_default_40_seed2.jsonl"),
+    AutoRun("cov_ratio", "0", "results_real_model_auto_cov_40.jsonl", "bf16"),
+    AutoRun("cov_ratio", "1", "results_real_model_auto_cov_40_seed1.jsonl", "bf16"),
+    AutoRun("cov_ratio", "2", "results_real_model_auto_cov_40_seed2.jsonl", "bf16"),
 )
-REFERENCE = AutoRun("vanilla", "0", "results_real_model_vanilla_40_bf16.jsonl")
+REFERENCES = (
+    AutoRun("vanilla", "0", "results_real_model_vanilla_40.jsonl"),
+    AutoRun("vanilla", "1", "results_real_model_vanilla_40_seed1.jsonl"),
+    AutoRun("vanilla", "2", "results_real_model_vanilla_40_seed2.jsonl"),
+    AutoRun("vanilla", "0", "results_real_model_vanilla_40_bf16.jsonl", "bf16"),
+)
 
 
 def figures(run: AutoRun, root: Path = RESULTS) -> dict[str, Any]:
@@ -78,7 +89,7 @@ def figures(run: AutoRun, root: Path = RESULTS) -> dict[str, Any]:
     target = logged_targets(rows, range(STEPS // 2 + 1, STEPS + 1), TARGET)  # each step's own target
     sigma = log_noise_sigma(entropy)
     out: dict[str, Any] = {
-        "actuator": run.actuator, "seed": run.seed, "log": run.log,
+        "actuator": run.actuator, "precision": run.precision, "seed": run.seed, "log": run.log,
         "bias": bias(half, target), "block_gap": block_gap(half, target), "per_step_gap": relative_gap(half, target),
         "noise_sigma": sigma, "noise_floor": gap_noise_floor(sigma),
         "entropy_geomean": float(np.exp(np.log(half).mean())),
@@ -99,32 +110,32 @@ def figures(run: AutoRun, root: Path = RESULTS) -> dict[str, Any]:
 
 
 def per_run(results: list[dict[str, Any]]) -> str:
-    lines = ["| actuator | seed | bias | gap on 5-step blocks | on a bound | per-step gap (noise floor) | geomean H | "
+    lines = ["| actuator | precision | seed | bias | gap on 5-step blocks | on a bound | per-step gap (noise floor) | geomean H | "
              "actuator, steps 21-40 | noise / gain / drift at step 40 |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |"]  # fmt: skip
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |"]  # fmt: skip
     for r in results:
-        cells = [r["actuator"], r["seed"], f"{r['bias']:.2f}", f"{r['block_gap']:.2f}", "-",
+        cells = [r["actuator"], r["precision"], r["seed"], f"{r['bias']:.2f}", f"{r['block_gap']:.2f}", "-",
                  f"{r['per_step_gap']:.2f} ({r['noise_floor']:.2f})", f"{r['entropy_geomean']:.3f}", "-", "-"]  # fmt: skip
         if "on_bound" in r:  # a controlled run
             limited = f" (candidate-limited {r['limited']:.0%})" if "limited" in r else ""
-            cells[4] = f"{r['on_bound']:.0%}"
-            cells[7] = f"{r['value_min']:.3g} .. {r['value_max']:.3g}{limited}"
-            cells[8] = f"{r['est_noise']:.2f} / {r['est_gain']:.3g} / {r['est_drift']:+.3f}"
+            cells[5] = f"{r['on_bound']:.0%}"
+            cells[8] = f"{r['value_min']:.3g} .. {r['value_max']:.3g}{limited}"
+            cells[9] = f"{r['est_noise']:.2f} / {r['est_gain']:.3g} / {r['est_drift']:+.3f}"
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def medians(results: list[dict[str, Any]]) -> str:
     """Per actuator, the median over its seeds, and whether it meets :data:`BOUNDS`."""
-    lines = ["| actuator | seeds | bias | gap on 5-step blocks | on a bound | per-step gap (noise floor) | meets "
+    lines = ["| actuator | precision | seeds | bias | gap on 5-step blocks | on a bound | per-step gap (noise floor) | meets "
              "bias <= 0.15, block gap <= 0.35, on a bound <= 30 % |",
-             "| --- | --- | ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
-    for actuator in dict.fromkeys(r["actuator"] for r in results if "on_bound" in r):
-        rs = [r for r in results if r["actuator"] == actuator]
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
+    for actuator, precision in dict.fromkeys((r["actuator"], r["precision"]) for r in results if "on_bound" in r):
+        rs = [r for r in results if (r["actuator"], r["precision"]) == (actuator, precision)]
         m = {k: statistics.median(r[k] for r in rs) for k in ("bias", "block_gap", "on_bound", "per_step_gap",
                                                                "noise_floor")}  # fmt: skip
         misses = [k for k, bound in BOUNDS.items() if m[k] > bound]
-        lines.append(f"| {actuator} | {len(rs)} | {m['bias']:.2f} | {m['block_gap']:.2f} | {m['on_bound']:.0%} | "
+        lines.append(f"| {actuator} | {precision} | {len(rs)} | {m['bias']:.2f} | {m['block_gap']:.2f} | {m['on_bound']:.0%} | "
                      f"{m['per_step_gap']:.2f} ({m['noise_floor']:.2f}) | "
                      + ("yes" if not misses else "no: " + ", ".join(misses)) + " |")  # fmt: skip
     return "\n".join(lines)
@@ -134,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
-    results = [figures(run) for run in (*RUNS, REFERENCE)]
+    results = [figures(run) for run in (*RUNS, *REFERENCES)]
     print(per_run(results), end="\n\n")
     print(medians(results))
     if args.json:

@@ -62,8 +62,13 @@ ENTROPIC = ("+entropy_control@verl_ext.entropy_control=entropic",
             "algorithm.filter_groups.max_num_gen_batches=30")  # fmt: skip
 """EntroPIC's controller with its values (configs/entropy_control/entropic.yaml, as recipe/dapo_entropic.yaml)."""
 
+CLIP_HIGH_RELATIVE = ("verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.actuator=clip_high",
+                      "verl_ext.entropy_control.target_unit=initial", "verl_ext.entropy_control.target=3.0")
+"""The default controller (``auto``) on DAPO's upper clip bound, its target three times the entropy of step 1 (far above
+what the tiny policy keeps, so that it widens the bound)."""
+
 RECIPES: dict[str, tuple[str, ...]] = {
-    "dapo_high_entropy": (),
+    "dapo_high_entropy": CLIP_HIGH_RELATIVE,
     "dapo_entropy_adv": SKYWORK,
     "dapo_clip_cov": ENTROPIC,
     "dapo_kl_cov": (),
@@ -74,8 +79,8 @@ RECIPES: dict[str, tuple[str, ...]] = {
 }
 """The launches of verl's trainer through a recipe script, each proving what no pinned config and no other launch does
 (docs/testing.md lists what each proves): every loss acting (vanilla under GSM8K's PI run; Clip-Cov, KL-Cov, GPPO-ERC,
-high_entropy, entropy_adv on DAPO; ERC on the real model; KL clipping), every (controller, actuator) pair (Skywork-OR1
-on entropy_adv's launch, EntroPIC on Clip-Cov's, PI and EntroPIC on the coefficient on GSM8K's; PI on the selection
+high_entropy, entropy_adv on DAPO; ERC on the real model; KL clipping), every (controller, actuator) pair (`auto` on
+the clip bound with a relative target on high_entropy's launch, Skywork-OR1 on entropy_adv's launch, EntroPIC on Clip-Cov's, PI and EntroPIC on the coefficient on GSM8K's; PI on the selection
 ratio in tests/e2e/test_e2e_cpu.py, the demo), both trainers (two GSM8K launches on verl's legacy trainer), each
 family's machinery (DAPO's dynamic sampling, reward manager and overlong buffer; verl's gsm8k scorer), the real model.
 What the other recipes launch - the DAPO baseline, GSM8K's Clip-Cov and KL-Cov, DAPO's ERC, and dapo_skywork /
@@ -359,6 +364,23 @@ def test_high_entropy_trains_on_the_top_fifth_of_each_batch(runs):
         assert run.metric(step, "actor/high_entropy/batch_selected_frac") == pytest.approx(math.ceil(0.2 * n) / n)
         assert 0.0 < run.metric(step, "actor/high_entropy/selected_frac") < 1.0
         assert run.metric(step, "actor/high_entropy/batch_entropy_threshold") > 0.0
+
+
+def test_auto_widens_the_clip_bound_toward_a_target_relative_to_step_one(runs):
+    """``target_unit=initial``: step 1 measures the anchor H_1 and applies the rest value (the DAPO recipe's
+    clip_ratio_high 0.28); from step 2 the target is 3 H_1 in nats and the controller widens the bound; every step's
+    bound is the one the policy loss received (``actor/entropy_control/clip_ratio_high``, a float32 batch field)."""
+    run = runs("dapo_high_entropy")  # auto on the clip bound rides on high_entropy's launch
+    anchor = run.metric(1, "entropy_control/anchor")
+    assert anchor == pytest.approx(run.metric(1, "entropy_control/entropy"), rel=1e-9)
+    assert run.metric(1, "entropy_control/clip_high") == pytest.approx(0.28, rel=1e-9)
+    for step in (1, 2, 3):
+        assert run.metric(step, "entropy_control/anchor") == pytest.approx(anchor, rel=1e-12)
+        assert run.metric(step, "entropy_control/target") == pytest.approx(3.0 * anchor, rel=1e-9)
+        sent = run.metric(step, "entropy_control/clip_high")
+        assert run.metric(step, "actor/entropy_control/clip_ratio_high") == pytest.approx(sent, rel=1e-6), step
+        assert 0.2 <= sent <= 1.0
+    assert max(run.metric(s, "entropy_control/clip_high") for s in (2, 3)) > 0.28
 
 
 def test_entropy_adv_shapes_the_advantages_with_the_update_entropy(runs):
