@@ -36,7 +36,7 @@ Entropy modes (verl's own switches, ``actor.fsdp_config.*`` in a recipe):
     python benchmarks/bench_memory.py --json benchmarks/results/results_memory_cpu.json
     python benchmarks/bench_memory.py --models smollm2 --tokens 1024 --layers 1     # quicker
     python benchmarks/bench_memory.py --summarise benchmarks/results/results_memory_cpu.json   # the table, from the file
-    python benchmarks/bench_memory.py --summarise benchmarks/results/results_memory_cpu.json --model qwen2.5  # one model
+    python benchmarks/bench_memory.py --summarise benchmarks/results/results_memory_cpu.json --model qwen2.5  # a model
 
 Ratios to vanilla carry to a GPU (the same tensors are allocated); absolute numbers do not.
 """
