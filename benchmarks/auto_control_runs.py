@@ -144,9 +144,14 @@ def medians(results: list[dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument("--medians-only", action="store_true",
+                        help="print only the medians over each actuator's seeds, not the table of every run")
     args = parser.parse_args(argv)
     results = [figures(run) for run in (*RUNS, *REFERENCES)]
-    print(per_run(results), end="\n\n")
+    if not args.medians_only:
+        print(per_run(results), end="
+
+")
     print(medians(results))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1) + "\n")

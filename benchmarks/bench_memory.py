@@ -36,6 +36,7 @@ Entropy modes (verl's own switches, ``actor.fsdp_config.*`` in a recipe):
     python benchmarks/bench_memory.py --json benchmarks/results/results_memory_cpu.json
     python benchmarks/bench_memory.py --models smollm2 --tokens 1024 --layers 1     # quicker
     python benchmarks/bench_memory.py --summarise benchmarks/results/results_memory_cpu.json   # the table, from the file
+    python benchmarks/bench_memory.py --summarise benchmarks/results/results_memory_cpu.json --model qwen2.5  # a model
 
 Ratios to vanilla carry to a GPU (the same tensors are allocated); absolute numbers do not.
 """
@@ -167,9 +168,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--vocab", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--summarise", type=Path, default=None, metavar="JSON",
                    help="measure nothing: print the table of an earlier run's --json file (markdown) and exit")
+    p.add_argument("--model", default=None,
+                   help="with --summarise: only this model's rows (one of the file's models; default all)")
     args = p.parse_args(argv)
+    if args.model is not None and not args.summarise:
+        p.error("--model filters a --summarise table; to measure fewer models use --models")
     if args.summarise:
-        print(table(json.loads(args.summarise.read_text())["rows"]))
+        rows = json.loads(args.summarise.read_text())["rows"]
+        if args.model is not None:
+            kept = sorted({r["model"] for r in rows})
+            if args.model not in kept:
+                p.error(f"--model={args.model!r} is invalid: allowed the file's models {kept}")
+            rows = [r for r in rows if r["model"] == args.model]
+        print(table(rows))
         return 0
     if args.tokens <= 0 or args.tokens % (PROMPT + RESPONSE):
         p.error(f"--tokens={args.tokens} is invalid: allowed a positive multiple of {PROMPT + RESPONSE}")
