@@ -92,7 +92,7 @@ def figures(run: AutoRun, root: Path = RESULTS) -> dict[str, Any]:
         "actuator": run.actuator, "precision": run.precision, "seed": run.seed, "log": run.log,
         "bias": bias(half, target), "block_gap": block_gap(half, target), "per_step_gap": relative_gap(half, target),
         "noise_sigma": sigma, "noise_floor": gap_noise_floor(sigma),
-        "entropy_geomean": float(np.exp(np.log(half).mean())),
+        "entropy_geomean": float(np.exp(np.log(half).mean())), "entropy_mean": float(half.mean()),
     }  # fmt: skip
     if run.actuator in CONTROL_ACTUATOR_KEYS:
         second = [rows[s] for s in range(STEPS // 2 + 1, STEPS + 1)]
@@ -126,18 +126,24 @@ def per_run(results: list[dict[str, Any]]) -> str:
 
 
 def medians(results: list[dict[str, Any]]) -> str:
-    """Per actuator, the median over its seeds, and whether it meets :data:`BOUNDS`."""
-    lines = ["| actuator | precision | seeds | bias | gap on 5-step blocks | on a bound | per-step gap (noise floor) | meets "
-             "bias <= 0.15, block gap <= 0.35, on a bound <= 30 % |",
-             "| --- | --- | --- | ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
-    for actuator, precision in dict.fromkeys((r["actuator"], r["precision"]) for r in results if "on_bound" in r):
+    """Per actuator and precision, the median over its seeds, and whether it meets :data:`BOUNDS`; the uncontrolled
+    references (vanilla) likewise, without the actuator's figures."""
+    lines = ["| actuator | precision | seeds | bias | gap on 5-step blocks | on a bound | per-step gap (noise floor) | "
+             "geomean H (range) | meets bias <= 0.15, block gap <= 0.35, on a bound <= 30 % |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
+    for actuator, precision in dict.fromkeys((r["actuator"], r["precision"]) for r in results):
         rs = [r for r in results if (r["actuator"], r["precision"]) == (actuator, precision)]
-        m = {k: statistics.median(r[k] for r in rs) for k in ("bias", "block_gap", "on_bound", "per_step_gap",
-                                                               "noise_floor")}  # fmt: skip
-        misses = [k for k, bound in BOUNDS.items() if m[k] > bound]
-        lines.append(f"| {actuator} | {precision} | {len(rs)} | {m['bias']:.2f} | {m['block_gap']:.2f} | {m['on_bound']:.0%} | "
-                     f"{m['per_step_gap']:.2f} ({m['noise_floor']:.2f}) | "
-                     + ("yes" if not misses else "no: " + ", ".join(misses)) + " |")  # fmt: skip
+        keys = ("bias", "block_gap", "per_step_gap", "noise_floor") + (("on_bound",) if "on_bound" in rs[0] else ())
+        m = {k: statistics.median(r[k] for r in rs) for k in keys}
+        geo = [r["entropy_geomean"] for r in rs]
+        if "on_bound" in m:
+            misses = [k for k, bound in BOUNDS.items() if m[k] > bound]
+            on_bound, meets = f"{m['on_bound']:.0%}", "yes" if not misses else "no: " + ", ".join(misses)
+        else:
+            on_bound, meets = "-", "- (uncontrolled)"
+        lines.append(f"| {actuator} | {precision} | {len(rs)} | {m['bias']:.2f} | {m['block_gap']:.2f} | {on_bound} | "
+                     f"{m['per_step_gap']:.2f} ({m['noise_floor']:.2f}) | {statistics.median(geo):.3f} "
+                     f"({min(geo):.3f}-{max(geo):.3f}) | {meets} |")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -149,9 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     results = [figures(run) for run in (*RUNS, *REFERENCES)]
     if not args.medians_only:
-        print(per_run(results), end="
-
-")
+        print(per_run(results), end="\n\n")
     print(medians(results))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1) + "\n")

@@ -1,5 +1,5 @@
 """Run a recipe (by default ``recipe/cpu_tiny.sh``) once and read its per-step metrics: shared by the benchmarks that
-train (trainer overhead, entropy autopilot, precision)."""
+train (trainer overhead, entropy control, precision)."""
 
 from __future__ import annotations
 

@@ -190,3 +190,21 @@ def test_the_readmes_method_table_is_the_results_files():
     assert f"`gppo_erc` {losses['gppo_erc']:.2f}x" in rows["grpo_erc"]
     for loss in ("high_entropy", "entropy_adv"):  # not in bench_losses: no figure invented
         assert " | - | " in rows[loss], rows[loss]
+
+
+def test_the_readmes_entropy_control_row_is_the_default_controllers_runs():
+    """README's entropy-target row and its Results row are the fp32 default-controller runs as auto_control_runs reads
+    them: the mean entropy over steps 21-40 (mean and range over seeds) and the medians of bias / block gap / bound."""
+    import statistics
+
+    from benchmarks import auto_control_runs as acr
+
+    runs = [acr.figures(r) for r in acr.RUNS if (r.actuator, r.precision) == ("entropy_coef", "fp32")]
+    assert len(runs) == 3
+    means = [r["entropy_mean"] for r in runs]
+    readme = (ROOT / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| an entropy target |"))
+    assert f"| {statistics.fmean(means):.3f} ({min(means):.3f}-{max(means):.3f}), target 0.3" in row, row
+    med = {k: statistics.median(r[k] for r in runs) for k in ("bias", "block_gap", "on_bound")}
+    assert f"coefficient (fp32) {med['bias']:.2f} / {med['block_gap']:.2f} / {med['on_bound']:.0%}".replace("%", " %") \
+        in readme

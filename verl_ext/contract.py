@@ -5,7 +5,7 @@ it from here and cannot drift apart:
 
 * batch fields the driver's hooks add to verl's training batch and the actor loss reads
   (:data:`OLD_ENTROPY`, :data:`COV_SELECTED`);
-* the entropy autopilot's metrics (:data:`CONTROL_METRIC_PREFIX` and the keys below), written by
+* the entropy control's metrics (:data:`CONTROL_METRIC_PREFIX` and the keys below), written by
   :mod:`verl_ext.control` and read by :mod:`verl_ext.analysis`;
 * the token lens's file beside verl's file log (:func:`lens_file_for`), written by :mod:`verl_ext.driver` and read
   by ``python -m verl_ext.analyze``;
@@ -47,7 +47,7 @@ POS_WEIGHT_NORM = "pos_weight_norm"
 tokens of each micro-batch (``entropic_norm=high_prob``, EntroPIC's), 0 where by all valid tokens (``all_tokens``)."""
 
 CONTROL_METRIC_PREFIX = "entropy_control/"
-"""Prefix of the entropy autopilot's per-step metrics."""
+"""Prefix of the entropy control's per-step metrics."""
 
 CONTROL_TARGET = CONTROL_METRIC_PREFIX + "target"
 CONTROL_ENTROPY = CONTROL_METRIC_PREFIX + "entropy"

@@ -1,4 +1,4 @@
-"""``verl_ext.analyze`` on runs of the entropy autopilot and on token-lens files."""
+"""``verl_ext.analyze`` on runs of the entropy control and on token-lens files."""
 
 from __future__ import annotations
 

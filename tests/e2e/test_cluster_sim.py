@@ -12,7 +12,7 @@ turns a requested 127.0.0.1 into the machine's interface address whenever it has
 4. a job submitted to the Jobs API without the token, and one with a wrong token, are refused;
 5. ``scripts/cluster/submit.sh`` submits ``recipe/cpu_tiny.sh`` as a Ray job (authenticated with the token file;
    ``LOSS``, ``WORK_DIR``, ``EXP_NAME``, ``NNODES`` and ``GPUS_PER_NODE`` forwarded, sizes as Hydra overrides),
-   which trains 2 steps of batch-scope Clip-Cov with the entropy autopilot (its default controller, ``auto``) with
+   which trains 2 steps of batch-scope Clip-Cov with the entropy control (its default controller, ``auto``) with
    ``trainer.nnodes=2
    trainer.n_gpus_per_node=1``: one FSDP2 rank and one vLLM server per node, the two FSDP ranks in one gloo group,
    the selection made once over the batch of both.

@@ -1,7 +1,7 @@
 """End to end in CPU mode: ``recipe/cpu_tiny.sh`` -> ``python -m verl_ext.main_ppo`` -> verl's real trainer (Ray on
 127.0.0.1, FSDP2 actor and reference on gloo, vLLM's CPU engine as rollout server, verl's reward loop, old-log-prob
 pass, update, weight sync), for what the GPU recipes (tests/e2e/test_recipes_cpu.py) do not run: ``python -m
-verl_ext.demo`` (its run is the entropy autopilot with the token lens), DAPO that cannot fill a batch, a run killed
+verl_ext.demo`` (its run is the entropy control with the token lens), DAPO that cannot fill a batch, a run killed
 with SIGKILL then resumed (both trainers), and the selection with one or two ranks.
 
 Each run is checked from verl's file-logger JSONL and its checkpoints. Settings make every method act: two
@@ -58,7 +58,7 @@ AUTOPILOT = ("verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.c
              "verl_ext.entropy_control.actuator=cov_ratio", "verl_ext.entropy_control.target=3.0",
              "verl_ext.entropy_control.ratio_min=0.001",
              "verl_ext.entropy_control.ratio_max=0.5")  # fmt: skip
-"""The entropy autopilot's PI law from the run's selection ratio, with a target near the tiny model's initial entropy: the
+"""The entropy control's PI law from the run's selection ratio, with a target near the tiny model's initial entropy: the
 resume test checks its integral (the default ``auto`` trains in the cluster test)."""
 
 DYNAMIC_BSZ = (
@@ -139,7 +139,7 @@ def train(root: Path, name: str, loss: str, *overrides: str, sizes: dict[str, ob
 
 def demo(root: Path, *args: str) -> Run:
     """``python -m verl_ext.demo --losses autopilot ...`` on the shared assets (2 steps): the demo's one run is the CPU
-    recipe with the entropy autopilot; ``args`` after ``--`` are Hydra overrides. Returns the run, whose output is
+    recipe with the entropy control; ``args`` after ``--`` are Hydra overrides. Returns the run, whose output is
     the demo's own and verl's (``train.log``)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RAY_"))}
     proc = subprocess.run([sys.executable, "-m", "verl_ext.demo", "--losses", "autopilot", "--entropy-target", "3.0",

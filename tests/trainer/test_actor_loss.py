@@ -5,7 +5,7 @@
   ``C_s = relu|softplus(sum_t k_st - tau_s)``, ``tau_s = threshold * L_s`` (per token) or ``threshold``,
   token-mean loss ``sum_s C_s / N_tokens``; values and gradients.
 * ``hard`` with threshold 0 equals verl's KL loss for every ``loss_agg_mode`` (non-negative estimator).
-* The entropy autopilot's loss-side actuators: the batch field ``entropy_coef`` = c equals verl's ``entropy_coeff`` = c;
+* The entropy control's loss-side actuators: the batch field ``entropy_coef`` = c equals verl's ``entropy_coeff`` = c;
   the ``pos_weight`` loss minus the alpha = 0 loss is EntroPIC's term written here from its formula.
 Each oracle test also checks that its term changes the loss, so that deleting the term from the code fails it.
 """
@@ -354,7 +354,7 @@ def test_erc_fractions_are_token_weighted_across_uneven_micro_batches_and_ranks(
 
 
 # ------------------------------------------------------------------------------------------------------
-# the entropy autopilot's loss-side actuators against their formulas
+# the entropy control's loss-side actuators against their formulas
 # ------------------------------------------------------------------------------------------------------
 
 

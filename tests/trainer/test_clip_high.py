@@ -226,7 +226,7 @@ def test_every_allowed_loss_passes_the_config_checks(compose, loss_mode):
     from verl_ext.checks.validation import check_driver_features
 
     described = check_driver_features(compose(*CLIP_HIGH, f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}"))
-    assert described == ["entropy autopilot: target 2.0 nats/token, controller auto on actuator clip_high"]
+    assert described == ["entropy control: target 2.0 nats/token, controller auto on actuator clip_high"]
 
 
 def test_a_configured_bound_outside_the_range_is_an_error_naming_clip_high_init(compose):

@@ -1,4 +1,4 @@
-"""The entropy autopilot: schedule values, the PI law on a synthetic plant, saturation and anti-windup, state round
+"""The entropy control: schedule values, the PI law on a synthetic plant, saturation and anti-windup, state round
 trip, config errors; then wired into the legacy trainer (no Ray): its ratio reaches the selection, its metrics the
 step, its state the checkpoint; and the token lens writes exactly the selected tokens."""
 

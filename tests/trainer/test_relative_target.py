@@ -137,5 +137,5 @@ def test_the_dry_run_summary_names_the_unit(compose):
 
     described = check_driver_features(compose("verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.target=0.5",
                                               "verl_ext.entropy_control.target_unit=initial"))  # fmt: skip
-    assert described == ["entropy autopilot: target 0.5 x the entropy of the first step, controller auto on actuator "
+    assert described == ["entropy control: target 0.5 x the entropy of the first step, controller auto on actuator "
                          "entropy_coef"]  # fmt: skip

@@ -4,7 +4,7 @@
 | --- | --- |
 | ``run_reader`` | verl's file-logger JSONL and TensorBoard logs -> per-run metric series |
 | ``entropy_law`` | the entropy-performance law ``R = -a exp(H) + b`` of Cui et al.: fit and ceiling |
-| ``control`` | the entropy autopilot's tracking in a run (bias, 5-step-block gap, share on a bound, per-step gap and its noise floor); the token lens's file (name, summary) |
+| ``control`` | the entropy control's tracking in a run (bias, 5-step-block gap, share on a bound, per-step gap and its noise floor); the token lens's file (name, summary) |
 | ``plant`` | the entropy loop's plant fitted from the committed logs (drift, gain, lag, process and measurement noise) and a simulator of a controller on it |
 | ``length_limit`` | the share of a step's samples cut at the length limit from verl's metrics (V1: verl#7817) |
 | ``pass_at_k`` | the papers' evaluation metrics of one prompt: avg@n, unbiased pass@k, maj@k (exact) |

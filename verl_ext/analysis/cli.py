@@ -41,7 +41,7 @@ PANELS: tuple[tuple[str, str], ...] = (
     ("reward", "reward / accuracy"),
     ("selected_frac", "selected-token fraction"),
     ("kl", "KL"),
-    ("control_ratio", "entropy autopilot: actuator value"),
+    ("control_ratio", "entropy control: actuator value"),
 )
 
 
@@ -147,7 +147,7 @@ def _draw_metric(ax, results: Sequence[Analysis], quantity: str, title: str, can
         used[r.run.label] = key
         ax.plot(steps, values, color=f"C{i % 10}", marker="." if len(steps) < 30 else None, label=r.run.label)
         target = r.run.resolve(METRIC_KEYS["entropy_target"]) if quantity == "entropy" else None
-        if target is not None:  # the entropy autopilot's target, dashed in the run's colour
+        if target is not None:  # the entropy control's target, dashed in the run's colour
             ax.plot(*r.run.series(target), color=f"C{i % 10}", linestyle="--", label=f"{r.run.label} target")
     ax.set_title(title)
     ax.set_xlabel("step")
@@ -206,7 +206,7 @@ def plot(
 
 
 def tracking_lines(results: Sequence[Analysis]) -> list[str]:
-    """A line per run that logged the entropy autopilot (:func:`verl_ext.analysis.control.tracking`)."""
+    """A line per run that logged the entropy control (:func:`verl_ext.analysis.control.tracking`)."""
     return [format_tracking(r.run.label, record) for r in results if (record := tracking(r.run)) is not None]
 
 

@@ -1,4 +1,4 @@
-"""The entropy autopilot's record in a run, and the token lens's file: what ``verl_ext.analyze`` reports of them.
+"""The entropy control's record in a run, and the token lens's file: what ``verl_ext.analyze`` reports of them.
 
 * :func:`bias` - ``|exp(mean_t log(H_t / H*_t)) - 1|``: how far the geometric mean of the entropy sits from the
   target (with a constant target, ``|geomean(H) / H* - 1|``). The tracking figure: measurement noise averages out of
@@ -162,7 +162,7 @@ def logged_targets(rows: Mapping[int, Mapping[str, object]], steps: Sequence[int
     values = [rows.get(s, {}).get(TARGET_KEY) for s in steps]
     bad = [s for s, v in zip(steps, values) if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0]
     if bad:
-        raise ValueError(f"no {TARGET_KEY} > 0 logged at steps {bad} of a run that logged the autopilot")
+        raise ValueError(f"no {TARGET_KEY} > 0 logged at steps {bad} of a run that logged entropy control")
     return np.asarray(values, dtype=float)
 
 
@@ -198,7 +198,7 @@ def tracking(run: Run) -> Tracking | None:
 def format_tracking(label: str, record: Tracking) -> str:
     """One line on a run's autopilot record: bias, gap on 5-step blocks, the per-step gap with its noise floor, the
     final actuator value and the share of steps on a bound."""
-    return (f"{label}: entropy autopilot over the last {record.steps} steps: bias |geomean(H / H*) - 1| = "
+    return (f"{label}: entropy control over the last {record.steps} steps: bias |geomean(H / H*) - 1| = "
             f"{record.bias:.1%}, gap on {BLOCK_STEPS}-step blocks = {record.block_gap:.1%}, per step mean |H - H*| / H* = "
             f"{record.mean_abs_rel_error:.1%} (noise floor {record.noise_floor:.1%} at the run's noise sigma "
             f"{record.noise_sigma:.3g} in log H), final actuator value {record.final_ratio:.4g}, on a bound in "

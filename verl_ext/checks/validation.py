@@ -105,7 +105,7 @@ def check_strategy(config: DictConfig) -> None:
 
 
 def check_entropy_source(config: DictConfig, mode: str) -> None:
-    """ERC losses, batch-scope ``high_entropy`` and the entropy autopilot read the old-log-prob pass's entropy,
+    """ERC losses, batch-scope ``high_entropy`` and the entropy control read the old-log-prob pass's entropy,
     which rollout-correction bypass mode skips."""
     if not _select(config, "algorithm.rollout_correction.bypass_mode", False):
         return
@@ -322,7 +322,7 @@ def check_actuator(config: DictConfig, feature: Any) -> None:
 
 
 def check_driver_features(config: DictConfig) -> list[str]:
-    """The entropy autopilot and the token lens: valid keys, and something to act on (the autopilot:
+    """The entropy control and the token lens: valid keys, and something to act on (the autopilot:
     :func:`check_actuator`; the lens: ``clip_cov`` / ``kl_cov`` with ``cov_scope=batch``, whose selection it shows).
     Returns descriptions of the enabled ones for the dry-run summary."""
     from verl_ext.control.autopilot import EntropyControlConfig
@@ -359,7 +359,7 @@ def check_driver_features(config: DictConfig) -> list[str]:
                                       f"[{feature.ratio_min}, {feature.ratio_max}]: set ratio_init or widen the bounds")  # fmt: skip
             from verl_ext.control.targets import describe
 
-            described.append(f"entropy autopilot: target {describe(feature)}, controller {feature.controller} on "
+            described.append(f"entropy control: target {describe(feature)}, controller {feature.controller} on "
                              f"actuator {feature.actuator}")  # fmt: skip
         else:
             described.append(f"token lens: every {feature.every_n_steps} step(s), {feature.context_tokens} tokens of context")

@@ -3,7 +3,7 @@ use it.
 
 | module | contents |
 | --- | --- |
-| ``autopilot`` | the entropy autopilot: its keys (``verl_ext.entropy_control``), controller + actuator composed, its checkpointed state |
+| ``autopilot`` | the entropy control: its keys (``verl_ext.entropy_control``), controller + actuator composed, its checkpointed state |
 | ``targets`` | the target's schedule (constant, linear, cosine) and unit (nats, or a ratio to the first step's entropy) |
 | ``controllers`` | the laws: ``pi`` (log-space PI), ``skywork`` (Skywork-OR1's +-delta rule and gate), ``entropic`` (EntroPIC's PI) |
 | ``self_tuning`` | ``auto``: learns its measurement noise, the drift and the actuator's gain online and steers the filtered entropy |

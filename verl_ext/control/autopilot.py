@@ -1,4 +1,4 @@
-"""Entropy autopilot: hold the policy's entropy on a target with one of four controllers driving one of four actuators.
+"""Entropy control: hold the policy's entropy on a target with one of four controllers driving one of four actuators.
 
 The target ``H*`` (nats per token, or a ratio to the first step's entropy: ``target_unit``; constant or scheduled:
 :mod:`~verl_ext.control.targets`) is compared each step with the batch's measured entropy
@@ -371,7 +371,7 @@ class EntropyController:
         mini_batch``; the other controllers ignore it. Steps must increase: a second update of one step (or of an
         earlier one) is an error naming it, since it would integrate the step's error twice."""
         if self.last_step is not None and step <= self.last_step:
-            raise RuntimeError(f"verl_ext entropy autopilot: update for step {step} after the update of step "
+            raise RuntimeError(f"verl_ext entropy control: update for step {step} after the update of step "
                                f"{self.last_step}: the controller updates once per training step (a second update of "
                                "a step would count its error twice)")  # fmt: skip
         entropy = float(entropy)
@@ -437,13 +437,13 @@ class EntropyController:
         self.bad_steps += 1
         self.bad_in_a_row += 1
         if self.bad_in_a_row >= self.config.max_bad_steps:
-            raise RuntimeError(f"verl_ext entropy autopilot: {CONTROL_ENTROPY} was {entropy!r} at step {step}, the "
+            raise RuntimeError(f"verl_ext entropy control: {CONTROL_ENTROPY} was {entropy!r} at step {step}, the "
                                f"{self.bad_in_a_row}th unusable measurement in a row (not finite, or <= 0) - "
                                f"verl_ext.entropy_control.max_bad_steps={self.config.max_bad_steps}: the batch's "
                                "entropy cannot be measured (an empty response mask, or NaN / inf in the old-log-prob "
                                "pass), so the run stops instead of training blind")  # fmt: skip
         if self.bad_steps == 1:
-            logger.warning("verl_ext entropy autopilot: %s was %r at step %d (not finite, or <= 0): not learned from, "
+            logger.warning("verl_ext entropy control: %s was %r at step %d (not finite, or <= 0): not learned from, "
                            "the actuator holds its last value; %d such steps in a row stop the run "
                            "(verl_ext.entropy_control.max_bad_steps)", CONTROL_ENTROPY, entropy, step,
                            self.config.max_bad_steps)  # fmt: skip

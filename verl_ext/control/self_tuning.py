@@ -249,11 +249,11 @@ class SelfTuningController:
         ``lag + 1`` actions; anything else is a ``ValueError`` naming the field (nothing is truncated)."""
         st = self.state
         if st.bank and (len(st.bank) != len(NOISE_RATIOS) or any(len(row) != STATE_ROW for row in st.bank)):
-            raise ValueError(f"verl_ext entropy autopilot (auto): the saved state's bank has {len(st.bank)} rows of "
+            raise ValueError(f"verl_ext entropy control (auto): the saved state's bank has {len(st.bank)} rows of "
                              f"lengths {sorted({len(r) for r in st.bank})}; this controller needs {len(NOISE_RATIOS)} "
                              f"rows (one per NOISE_RATIOS) of {STATE_ROW}")  # fmt: skip
         if len(st.actions) > self.lag + 1:
-            raise ValueError(f"verl_ext entropy autopilot (auto): the saved state's actions hold {len(st.actions)} "
+            raise ValueError(f"verl_ext entropy control (auto): the saved state's actions hold {len(st.actions)} "
                              f"values; auto_lag={self.lag} keeps at most {self.lag + 1}")  # fmt: skip
 
     def step(self, target: float, entropy: float, actuator: Actuator) -> ControlStep:

@@ -1,4 +1,4 @@
-"""The entropy autopilot's target: its schedule over the steps and its unit.
+"""The entropy control's target: its schedule over the steps and its unit.
 
 ``target`` and ``target_end`` are read in the unit ``target_unit`` names:
 

@@ -27,7 +27,7 @@ LOSSES = ("vanilla", "clip_cov", "kl_cov", "grpo_erc", "gppo_erc", "high_entropy
 """The losses ``recipe/cpu_tiny.sh`` takes as ``LOSS`` (each with its config group, ``configs/policy_loss/<loss>.yaml``)."""
 
 AUTOPILOT_RUN = "autopilot"
-"""The run of ``clip_cov`` whose selection ratio the entropy autopilot sets (``--entropy-target``)."""
+"""The run of ``clip_cov`` whose selection ratio the entropy control sets (``--entropy-target``)."""
 
 AUTOPILOT_BOUNDS = (1e-3, 0.5)
 """The selection-ratio range the demo's autopilot may use (``ratio_min``, ``ratio_max``)."""
@@ -40,7 +40,7 @@ CONTROL_RUNS: dict[str, tuple[str, tuple[str, ...]]] = {
     "skywork": ("vanilla", ("controller=skywork", "actuator=entropy_coef")),
     "entropic": ("vanilla", ("controller=entropic", "actuator=pos_weight")),
 }
-"""Runs that hold ``--entropy-target`` with the entropy autopilot: run name -> (loss, ``verl_ext.entropy_control`` keys
+"""Runs that hold ``--entropy-target`` with the entropy control: run name -> (loss, ``verl_ext.entropy_control`` keys
 beside ``enable`` and ``target``). Every other key keeps its default: ``autopilot`` is the default controller
 (``auto``, self-tuning) on Clip-Cov's ratio; the papers' values for the others (Skywork-OR1's coefficient from 0,
 +- 0.0001 in [0, 0.005] (their or1_scripts/train/*.sh), EntroPIC's gains 1 / 0.01); ``pi_coef`` is verl_ext's PI law

@@ -3,7 +3,7 @@ verl's own outputs. Both trainers (:mod:`verl_ext.trainer`) mix it in.
 
 | module | contents |
 | --- | --- |
-| ``mixin`` | ``VerlExtDriverMixin``: each step's entropy autopilot and token lens, and their checkpoint file |
+| ``mixin`` | ``VerlExtDriverMixin``: each step's entropy control and token lens, and their checkpoint file |
 | ``token_lens`` | the token lens: its keys and the JSONL / wandb writer of the selected tokens |
 | ``checkpoints`` | where verl's trainers save and load a step's checkpoint (resume modes) |
 | ``run_log`` | verl's file log continued (not truncated) when a run resumes from a checkpoint |

@@ -1,4 +1,4 @@
-"""Driver-side state of a verl_ext trainer: the entropy autopilot and the token lens, and their checkpoint file.
+"""Driver-side state of a verl_ext trainer: the entropy control and the token lens, and their checkpoint file.
 
 One :class:`VerlExtDriver` per trainer (both the V1 and the legacy trainer hold one). Each step:
 
@@ -111,7 +111,7 @@ class VerlExtDriver:
         if self.controller is None:
             return None
         if self.entropy is None:
-            raise RuntimeError("verl_ext entropy autopilot: no entropy observed for this step's batch (the "
+            raise RuntimeError("verl_ext entropy control: no entropy observed for this step's batch (the "
                                "old-log-prob pass must run; rollout_correction.bypass_mode skips it)")  # fmt: skip
         value, control_metrics = self.controller.update(global_step, self.entropy, mini_batches)
         metrics.update(control_metrics)
@@ -154,11 +154,11 @@ class VerlExtDriver:
         path = resume_folder(self.config, global_steps) / STATE_FILE
         if not path.exists():
             if self.controller.config.fresh_on_resume:
-                logger.warning("verl_ext entropy autopilot: %s not found; verl_ext.entropy_control.fresh_on_resume="
+                logger.warning("verl_ext entropy control: %s not found; verl_ext.entropy_control.fresh_on_resume="
                                "true: the controller starts from its initial state", path)  # fmt: skip
                 return False
             raise FileNotFoundError(
-                f"verl_ext entropy autopilot: resuming from step {global_steps}, but its state file {path} does not "
+                f"verl_ext entropy control: resuming from step {global_steps}, but its state file {path} does not "
                 "exist (a checkpoint saved without the autopilot, or the file was removed). Resume from a checkpoint "
                 "that has it, or set verl_ext.entropy_control.fresh_on_resume=true to start the controller from its "
                 "initial state (integral 0, the actuator's init)"

@@ -1,5 +1,5 @@
 """EntroPIC's actuator term (Yang et al., arXiv 2511.15248; yk7333/EntroPIC ``compute_policy_loss_entropic``): the
-loss that the ``pos_weight`` actuator of the entropy autopilot adds to any policy loss.
+loss that the ``pos_weight`` actuator of the entropy control adds to any policy loss.
 
 With ``alpha`` the controller's value for the step and ``HP`` the valid tokens whose *current* probability exceeds
 ``tau = 0.95`` (EntroPIC's ``high_prob_thresh``, which their scripts never change)::

@@ -212,7 +212,7 @@ def select_tokens_for_batch(
     :param metrics: if given, receives ``actor/<loss>/selected_frac``, ``cov_selected_mean``, ``cov_selected_max``
         of the batch as 0-d tensors, and for Clip-Cov ``candidate_frac`` (valid tokens with ``lb < cov < ub``).
     :param ratio: the selection ratio to use instead of the configured ``clip_cov_ratio`` / ``kl_cov_ratio`` (the
-        entropy autopilot's); validated like them.
+        entropy control's); validated like them.
     :param key: what Clip-Cov's random draw is keyed on, shaped like ``old_log_prob``: verl_ext's trainers pass the
         response token ids, which are the same whatever the numerics of the old-log-prob pass (its low bits
         change with the number of GPUs and the micro-batching); default the old log-probs (all a loss call has).

@@ -1,5 +1,5 @@
 """verl_ext's actor dataclass: verl's ``FSDPActorConfig`` plus the KL-clipping keys (see :mod:`verl_ext.losses.kl_clip`)
-and the entropy autopilot's switch and actuator as the actor loss sees them (``entropy_control_enable``,
+and the entropy control's switch and actuator as the actor loss sees them (``entropy_control_enable``,
 ``entropy_control_actuator``: interpolated from ``verl_ext.entropy_control`` by ``configs/verl_ext_trainer.yaml``, so
 that a loss-side actuator's missing batch field is an error in :mod:`verl_ext.trainer.actor_loss`).
 
@@ -38,7 +38,7 @@ class FSDPActorConfig(VerlFSDPActorConfig):
     and short responses get the same per-token allowance. ``False``: one budget per sequence."""
 
     entropy_control_enable: bool = False
-    """Whether the entropy autopilot is on (``verl_ext.entropy_control.enable``; interpolated, not set by hand)."""
+    """Whether the entropy control is on (``verl_ext.entropy_control.enable``; interpolated, not set by hand)."""
 
     entropy_control_actuator: str | None = None
     """The autopilot's actuator (``verl_ext.entropy_control.actuator``; interpolated, not set by hand). With the

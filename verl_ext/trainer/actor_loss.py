@@ -23,7 +23,7 @@ What verl_ext adds:
   training batch (batch field set by the trainer hooks); ``cov_scope=micro`` selects per micro-batch.
 * ``high_entropy_weight`` for ``high_entropy`` in batch scope, ``entropy`` for ``entropy_adv`` and micro-scope
   ``high_entropy``.
-* the entropy autopilot's loss-side actuators: the step's coefficient on verl's entropy term (batch field
+* the entropy control's loss-side actuators: the step's coefficient on verl's entropy term (batch field
   ``entropy_coef``; verl's own ``entropy_coeff`` is then 0) and EntroPIC's term (batch field ``pos_weight``,
   :mod:`verl_ext.losses.entropic`, normalised by the micro-batch's high-probability tokens as EntroPIC's code does
   when the batch field ``pos_weight_norm`` is 1: :func:`high_prob_normaliser`). Each logs what it changed the loss
@@ -144,7 +144,7 @@ def policy_loss_extras(config: Any, batch: TensorDict, entropy: torch.Tensor | N
 
 
 def check_actuator_field(config: Any, fields: Any) -> None:
-    """With the entropy autopilot on and a loss-side actuator (the actor keys ``entropy_control_enable`` /
+    """With the entropy control on and a loss-side actuator (the actor keys ``entropy_control_enable`` /
     ``entropy_control_actuator``, copies of ``verl_ext.entropy_control.enable`` / ``.actuator``), the update batch must
     carry the actuator's field (``entropy_coef`` / ``pos_weight``, and ``pos_weight_norm`` with it): the loss applies
     the term only when the field is there, so a field lost on the way would drop the term silently while the driver
@@ -157,7 +157,7 @@ def check_actuator_field(config: Any, fields: Any) -> None:
     missing = [f for f in wanted or () if f not in fields]
     if missing:
         raise ValueError(
-            f"verl_ext: the entropy autopilot is on with actuator={actuator}, but this update batch has no "
+            f"verl_ext: the entropy control is on with actuator={actuator}, but this update batch has no "
             f"{missing[0]!r} field, which carries the actuator's value to the loss: without it the term would be "
             "dropped while the driver logs the value as applied. verl_ext's trainer adds it before each update "
             "(verl_ext.trainer.hooks.update_fields); a trainer or verl version that drops it from the batch must keep it"

@@ -2,7 +2,7 @@
 
 ERC (``grpo_erc``, ``gppo_erc``) masks tokens by ``H / H_old``, ``entropy_adv`` shapes advantages with ``sg[H]`` and
 micro-scope ``high_entropy`` ranks tokens by ``H``, so the update forward must produce the current entropy ``H``; the
-entropy autopilot's ``entropy_coef`` actuator (batch field ``entropy_coef``) needs it *with* its graph, whatever
+entropy control's ``entropy_coef`` actuator (batch field ``entropy_coef``) needs it *with* its graph, whatever
 verl's fixed ``entropy_coeff``. verl computes it only when the batch's non-tensor flag ``calculate_entropy`` is set,
 which its trainers do only for ``actor.calculate_entropy`` or ``entropy_coeff != 0`` - and then with a graph
 through the full-vocabulary softmax, which ERC does not need (the entropy only feeds a mask).

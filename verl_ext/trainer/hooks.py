@@ -12,7 +12,7 @@ that verl splits them into mini- and micro-batches together with every other fie
   actor update, from the advantages and the old log-probs already in the batch. No extra forward pass.
 * ``high_entropy_weight`` (``high_entropy`` with ``policy_loss.high_entropy_scope=batch``): the top-rho tokens of the
   whole batch by the old pass's entropy, as weights (:func:`verl_ext.losses.high_entropy.high_entropy_weights`).
-* ``entropy_coef`` / ``pos_weight`` / ``clip_ratio_high`` (the entropy autopilot's ``entropy_coef`` / ``pos_weight`` /
+* ``entropy_coef`` / ``pos_weight`` / ``clip_ratio_high`` (the entropy control's ``entropy_coef`` / ``pos_weight`` /
   ``clip_high`` actuators): the step's value on every token, read by the actor loss; with ``pos_weight`` also ``pos_weight_norm`` (1: EntroPIC's term is
   divided by each micro-batch's high-probability tokens, ``weight_norm=high_prob``; 0: by all valid tokens).
 
@@ -126,7 +126,7 @@ def select_cov_tokens(
     responses: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Batch-scope selection on padded ``(batch, response_len)`` tensors; returns a bool mask. ``ratio``
-    replaces the configured selection ratio (the entropy autopilot's); ``responses`` (token ids) key Clip-Cov's
+    replaces the configured selection ratio (the entropy control's); ``responses`` (token ids) key Clip-Cov's
     random draw, so that it does not depend on the old-log-prob pass's rounding.
 
     ``metrics`` (optional) receives the batch-level statistics as floats under
@@ -162,7 +162,7 @@ def update_fields(
 ) -> dict[str, torch.Tensor]:
     """Every field verl_ext adds to a padded training batch right before the actor update, by name.
 
-    Runs the entropy autopilot for ``global_steps`` (its entropy already observed), then: the batch-scope covariance
+    Runs the entropy control for ``global_steps`` (its entropy already observed), then: the batch-scope covariance
     selection (with the autopilot's ratio when its actuator is ``cov_ratio``; the token lens writes it), the
     batch-scope ``high_entropy`` weights from ``entropy`` (the old pass's), and the loss-side actuator's value on
     every token. ``step`` keys Clip-Cov's draw (:func:`selection_step`); metrics go to ``metrics``."""

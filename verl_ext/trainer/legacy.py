@@ -10,7 +10,7 @@
   ``cov_selected``, ``high_entropy_weight``, the autopilot's ``entropy_coef`` / ``pos_weight``) are computed over
   the whole training batch and sent with it.
 
-* ``_save_checkpoint`` / ``_load_checkpoint``: the entropy autopilot's state goes with verl's checkpoint.
+* ``_save_checkpoint`` / ``_load_checkpoint``: the entropy control's state goes with verl's checkpoint.
 
 :class:`VerlExtTaskRunner` is verl's legacy ``TaskRunner`` with verl_ext's actor worker and trainer, and verl's file
 log continued on resume (:mod:`verl_ext.driver.run_log`).
@@ -46,7 +46,7 @@ from verl_ext.trainer.workers import unwrap_ray_class, use_verl_ext_actor_worker
 
 class VerlExtRayPPOTrainer(VerlExtDriverMixin, RayPPOTrainer):
     """verl's legacy ``RayPPOTrainer`` that sends ``old_entropy`` / ``cov_selected`` to the actor loss, and
-    runs the entropy autopilot and the token lens (:class:`~verl_ext.driver.mixin.VerlExtDriver`)."""
+    runs the entropy control and the token lens (:class:`~verl_ext.driver.mixin.VerlExtDriver`)."""
 
     def _compute_old_log_prob(self, batch):
         old_log_prob, mfu = super()._compute_old_log_prob(batch)

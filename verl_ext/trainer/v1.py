@@ -7,7 +7,7 @@
   and stored with verl's own advantage put (:mod:`verl_ext.trainer.advantage_store`: no TransferQueue round trip of
   their own): ``old_entropy`` for ERC losses (verl stores the old pass's entropy as field ``entropy``; the loss
   reads ``old_entropy``), and :func:`~verl_ext.trainer.hooks.update_fields`' ``cov_selected``,
-  ``high_entropy_weight``, the actuator's ``entropy_coef`` / ``pos_weight`` - the entropy autopilot runs on the old
+  ``high_entropy_weight``, the actuator's ``entropy_coef`` / ``pos_weight`` - the entropy control runs on the old
   pass's entropy there, and the token lens writes the selected tokens.
 * ``_update_actor``: if the advantage step stored no fields for this batch (a trainer whose advantage step does not
   fetch and put through verl's ``trainer_base.tq``), the same fields by a round trip of their own, with a warning.
