@@ -33,26 +33,7 @@ def cfg(scope="micro", **overrides):
 # ------------------------------------------------------------------------------------------------------------------
 
 
-def oracle_share(r, adv, mask, c_low, c_high):
-    p = n = 0.0
-    for ri, ai, mi in zip(r.reshape(-1).tolist(), adv.reshape(-1).tolist(), mask.reshape(-1).tolist()):
-        if not mi:
-            continue
-        if ai > 0 and ri <= c_high:
-            p += ri * abs(ai)
-        elif ai < 0 and c_low <= ri <= C:
-            n += ri * abs(ai)
-    return 1.0 if p + n == 0 else p / (p + n)
-
-
-def oracle_search(r, adv, mask, a_lo=0.8, b_lo=0.95, d_lo=0.05, a_hi=1.2, b_hi=2.0, d_hi=0.1, rho0=0.5):
-    """Algorithm 1, as a plain loop."""
-    c_low, c_high = a_lo, a_hi
-    while oracle_share(r, adv, mask, c_low, c_high) < rho0 and c_low < b_lo - 1e-12:
-        c_low = min(c_low + d_lo, b_lo)
-    while oracle_share(r, adv, mask, c_low, c_high) < rho0 and c_high < b_hi - 1e-12:
-        c_high = min(c_high + d_hi, b_hi)
-    return c_low, c_high, oracle_share(r, adv, mask, c_low, c_high)
+oracle_share, oracle_search = O.bapo_share, O.bapo_search
 
 
 def oracle_loss_and_grad(lp, old, adv, mask, c_low, c_high):
