@@ -9,7 +9,7 @@ update through verl's FSDP2 engine on a tiny model (step time and peak memory: v
     python -m benchmarks.bench_losses --quick          # < 2 min on 2 CPU cores (from the repository root)
     python -m benchmarks.bench_losses --batch 64 --seq 4096 --repeats 10 --json bench.json
     python -m benchmarks.bench_losses --summarise bench.json   # the tables again, from the file (markdown)
-    python -m benchmarks.bench_losses --quick --no-engine --only bapo   # bapo beside vanilla only
+    python -m benchmarks.bench_losses --quick --only bapo   # bapo beside vanilla only (engine: its two scopes)
 """
 
 from __future__ import annotations
@@ -185,10 +185,13 @@ def bench_losses(args: argparse.Namespace, device: torch.device) -> list[dict]:
 
 
 def bench_engine(args: argparse.Namespace) -> list[dict]:
-    """One update through verl's FSDP2 engine on a tiny model: vanilla, vanilla + entropy, grpo_erc."""
-    from benchmarks.bench_engine import benchmark_update  # verl's TrainingWorker on gloo (verl_ext.testbed.engine)
+    """One update through verl's FSDP2 engine on a tiny model: vanilla, vanilla + entropy, grpo_erc (with ``--only
+    bapo``: vanilla and bapo's two scopes)."""
+    from benchmarks.bench_engine import BAPO_CASES, BENCH_CASES, benchmark_update  # verl's TrainingWorker on gloo
 
-    return benchmark_update(repeats=args.engine_repeats, batch=args.engine_batch, response_length=args.engine_len)
+    cases = BAPO_CASES if args.only and "bapo" in args.only else BENCH_CASES
+    return benchmark_update(repeats=args.engine_repeats, batch=args.engine_batch, response_length=args.engine_len,
+                            cases=cases)  # fmt: skip
 
 
 def table(rows: list[dict]) -> str:
