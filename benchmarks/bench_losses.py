@@ -213,11 +213,11 @@ def print_table(rows: list[dict], title: str) -> None:
 def selection_line(selection: dict[str, float]) -> str:
     selection = dict(selection)
     search = selection.pop("bapo statistics + search", None)  # BAPO's step scope, after its no-grad pass
-    line = ("batch-scope selection, once per training step on the driver: "
-            + ", ".join(f"{k} {v:.2f} ms" for k, v in selection.items()))  # fmt: skip
+    lines = [] if not selection else [("batch-scope selection, once per training step on the driver: "
+                                       + ", ".join(f"{k} {v:.2f} ms" for k, v in selection.items()))]  # fmt: skip
     if search is not None:
-        line += f"\nbapo step scope, once per optimiser step after its no-grad pass: statistics + search {search:.2f} ms"
-    return line
+        lines.append(f"bapo step scope, once per optimiser step after its no-grad pass: statistics + search {search:.2f} ms")
+    return "\n".join(lines)
 
 
 def summarise(result: dict) -> str:

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 from tensordict import TensorDict
+from verl.utils import tensordict_utils as tu
 from verl.workers.utils.padding import no_padding_2_padding
 
 from verl_ext.config import loss_mode_of, policy_loss_params
@@ -75,8 +76,10 @@ def decide_step_bounds(worker: Any, data: TensorDict, actor_config: Any) -> torc
     accumulator = StatisticsAccumulator(actor_config)
     original = worker.loss_fn
     worker.loss_fn = accumulator
+    probe = data.copy()
+    tu.assign_non_tensor(probe, compute_loss=True)  # infer_batch runs self.loss_fn only then
     try:
-        worker.infer_batch(data.copy())
+        worker.infer_batch(probe)
     finally:
         worker.loss_fn = original
     return reduce_and_decide(accumulator.total, actor_config, worker.engine.get_data_parallel_group())
