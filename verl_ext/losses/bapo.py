@@ -90,15 +90,20 @@ def contribution_statistics(
 ) -> torch.Tensor:
     """``[N(c_low) for c_low in c_lows] + [P(c_high) for c_high in c_highs]`` (float64, no gradient): sums over
     tokens, so the statistics of a set of micro-batches (and ranks) are the sums of theirs."""
-    r = ratio.detach().to(torch.float64)
-    adv = advantages.detach().to(torch.float64)
-    weight = torch.where(mask.bool(), r * adv.abs(), 0.0).reshape(-1)
-    r = r.reshape(-1)
-    negative = (adv < 0).reshape(-1) & (r <= c)
-    positive = (adv > 0).reshape(-1)
-    lows, highs = c_lows.to(r.device).unsqueeze(1), c_highs.to(r.device).unsqueeze(1)
-    n = torch.where(negative & (r >= lows), weight, 0.0).sum(dim=1)
-    p = torch.where(positive & (r <= highs), weight, 0.0).sum(dim=1)
+    r = ratio.detach().to(torch.float64).reshape(-1)
+    adv = advantages.detach().to(torch.float64).reshape(-1)
+    weight = torch.where(mask.bool().reshape(-1), r * adv.abs(), 0.0)
+    lows, highs = c_lows.to(r.device), c_highs.to(r.device)
+    # one pass over the tokens whatever the number of candidates: a token's bucket is the number of candidate bounds
+    # it clears (c_low_j <= r; c_high_k < r), and a cumulative sum over the buckets gives every candidate's sum
+    neg_w = torch.where((adv < 0) & (r <= c), weight, 0.0)
+    pos_w = torch.where(adv > 0, weight, 0.0)
+    neg_hist = torch.zeros(len(lows) + 1, dtype=torch.float64, device=r.device)
+    neg_hist = neg_hist.scatter_add(0, torch.bucketize(r, lows, right=True), neg_w)
+    pos_hist = torch.zeros(len(highs) + 1, dtype=torch.float64, device=r.device)
+    pos_hist = pos_hist.scatter_add(0, torch.bucketize(r, highs, right=False), pos_w)
+    n = neg_hist.flip(0).cumsum(0).flip(0)[1:]  # N_j: tokens that clear c_low_j (bucket > j)
+    p = pos_hist.cumsum(0)[:-1]  # P_k: tokens at or below c_high_k (bucket <= k)
     return torch.cat([n, p])
 
 
