@@ -19,6 +19,14 @@ BENCH_CASES: tuple[tuple[str, str, bool, str], ...] = (
     ("grpo_erc, no-grad entropy", "grpo_erc", False, "verl_ext"),
 )
 
+BAPO_CASES: tuple[tuple[str, str, bool, str, dict[str, Any]], ...] = (
+    ("vanilla", "vanilla", False, "verl", {}),
+    ("bapo, bounds per loss call (micro)", "bapo", False, "verl_ext", {"bapo_scope": "micro"}),
+    ("bapo, bounds per step (no-grad pass)", "bapo", False, "verl_ext", {"bapo_scope": "step"}),
+)
+"""BAPO's step scope against its micro scope: the difference is the no-grad forward pass over the mini-batch and the
+search (``bench_losses.py --only bapo``); the fifth element holds the policy-loss keys."""
+
 
 def benchmark_update(
     repeats: int = 3,
@@ -28,8 +36,10 @@ def benchmark_update(
     model_vocab_size: int = 32768,
     hidden: int = 64,
     workdir: str | None = None,
+    cases: tuple[tuple[Any, ...], ...] = BENCH_CASES,
 ) -> list[dict[str, Any]]:
-    """Time and peak memory of one actor update through verl's FSDP2 engine on CPU, per :data:`BENCH_CASES`.
+    """Time and peak memory of one actor update through verl's FSDP2 engine on CPU, per ``cases`` (:data:`BENCH_CASES`
+    or :data:`BAPO_CASES`).
 
     The model is a tiny Qwen2 whose LM head is ``model_vocab_size`` wide, so that the logits-sized tensors the
     entropy adds are visible. One warm-up update, then the median wall time of ``repeats`` updates and the
@@ -56,12 +66,13 @@ def benchmark_update(
                         response_len=(response_length, response_length), seed=0)  # fmt: skip
     rows: list[dict[str, Any]] = []
     try:
-        for name, loss_mode, calculate_entropy, worker in BENCH_CASES:
+        for name, loss_mode, calculate_entropy, worker, *extra in cases:
             from verl.workers.config import FSDPOptimizerConfig
 
             config = FSDPActorConfig(
                 strategy="fsdp2", rollout_n=1, ppo_mini_batch_size=batch, ppo_micro_batch_size_per_gpu=batch,
-                optim=FSDPOptimizerConfig(lr=1e-4), policy_loss=PolicyLossConfig(loss_mode=loss_mode),
+                optim=FSDPOptimizerConfig(lr=1e-4),
+                policy_loss=PolicyLossConfig(loss_mode=loss_mode, **(extra[0] if extra else {})),
             )  # fmt: skip
             actor = CpuActor(
                 model_path, config, loss_fn=ppo_loss,

@@ -9,6 +9,7 @@ update through verl's FSDP2 engine on a tiny model (step time and peak memory: v
     python -m benchmarks.bench_losses --quick          # < 2 min on 2 CPU cores (from the repository root)
     python -m benchmarks.bench_losses --batch 64 --seq 4096 --repeats 10 --json bench.json
     python -m benchmarks.bench_losses --summarise bench.json   # the tables again, from the file (markdown)
+    python -m benchmarks.bench_losses --quick --only bapo   # bapo beside vanilla only (engine: its two scopes)
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from verl.workers.config import ActorConfig  # noqa: E402
 import verl_ext  # noqa: E402
 from verl_ext.config import PolicyLossConfig  # noqa: E402
 from verl_ext.cpu.machine import machine_info  # noqa: E402
+from verl_ext.losses import bapo  # noqa: E402
 from verl_ext.losses.selection import select_tokens_for_batch  # noqa: E402
 
 verl_ext.ensure_registered()
@@ -51,6 +53,7 @@ def make_inputs(batch: int, seq: int, device: torch.device, seed: int = 0) -> di
 
 
 def actor_config(loss_mode: str, scope: str = "batch") -> ActorConfig:
+    bapo = {"bapo_scope": "step" if scope == "batch" else "micro"} if loss_mode == "bapo" else {}
     return ActorConfig(
         strategy="fsdp",
         ppo_micro_batch_size_per_gpu=1,
@@ -59,7 +62,7 @@ def actor_config(loss_mode: str, scope: str = "batch") -> ActorConfig:
         clip_ratio_low=0.2,
         clip_ratio_high=0.28,
         policy_loss=PolicyLossConfig(
-            loss_mode=loss_mode, cov_scope=scope, clip_cov_ratio=0.0002, kl_cov_ratio=0.002, ppo_kl_coef=1.0
+            loss_mode=loss_mode, cov_scope=scope, clip_cov_ratio=0.0002, kl_cov_ratio=0.002, ppo_kl_coef=1.0, **bapo
         ),
     )
 
@@ -82,7 +85,19 @@ def cases(x: dict[str, torch.Tensor]) -> dict[str, tuple[Callable, ActorConfig, 
         "kl_cov micro scope": (ours["kl_cov"], actor_config("kl_cov", "micro"), {}),
         "grpo_erc": (ours["grpo_erc"], actor_config("grpo_erc"), erc),
         "gppo_erc": (ours["gppo_erc"], actor_config("gppo_erc"), erc),
+        # step scope: the bounds come from the no-grad pass (not timed here: see bapo_statistics_ms)
+        "bapo step scope (bounds given)": (ours["bapo"], actor_config("bapo"), {"bapo_bounds": step_bounds(x)}),
+        "bapo micro scope (search in the call)": (ours["bapo"], actor_config("bapo", "micro"), {}),
     }
+
+
+def step_bounds(x: dict[str, torch.Tensor]) -> torch.Tensor:
+    """BAPO's bounds over the whole input, as the no-grad pass decides them for a step."""
+    cfg = actor_config("bapo")
+    lows, highs = bapo.bound_grid(cfg)
+    ratio = bapo.importance_ratio(x["lp"], x["old"])
+    stats = bapo.contribution_statistics(ratio, x["adv"], x["mask"], lows, highs, cfg.clip_ratio_c)
+    return bapo.decide_bounds(stats, lows, highs, 0.5)
 
 
 def step_fn(fn: Callable, cfg: ActorConfig, extra: dict, x: dict[str, torch.Tensor]) -> Callable[[], None]:
@@ -144,7 +159,8 @@ def count_syncs(run: Callable[[], None], device: torch.device) -> int | None:
 
 def bench_losses(args: argparse.Namespace, device: torch.device) -> list[dict]:
     x = make_inputs(args.batch, args.seq, device)
-    runs = {name: step_fn(fn, cfg, extra, x) for name, (fn, cfg, extra) in cases(x).items()}
+    runs = {name: step_fn(fn, cfg, extra, x) for name, (fn, cfg, extra) in cases(x).items()
+            if name == "vanilla (verl)" or not args.only or name.split()[0] in args.only}  # fmt: skip
     times = time_ms(runs, args.repeats, device)
     rows = [
         {"loss": name, "time_ms": times[name], "peak_mb": peak_bytes(run, device) / 2**20, "syncs": count_syncs(run, device)}
@@ -154,7 +170,7 @@ def bench_losses(args: argparse.Namespace, device: torch.device) -> list[dict]:
     for row in rows:
         row["time_ratio"] = row["time_ms"] / base["time_ms"]
         row["mem_ratio"] = row["peak_mb"] / base["peak_mb"] if base["peak_mb"] else float("nan")
-    configs = {name: actor_config(name) for name in ("clip_cov", "kl_cov")}
+    configs = {name: actor_config(name) for name in ("clip_cov", "kl_cov") if not args.only or name in args.only}
     selection = time_ms(
         {
             name: (lambda name=name: select_tokens_for_batch(name, x["adv"], x["old"], x["mask"], configs[name], step=1))
@@ -163,14 +179,19 @@ def bench_losses(args: argparse.Namespace, device: torch.device) -> list[dict]:
         args.repeats,
         device,
     )
+    if not args.only or "bapo" in args.only:  # the step scope's search, once per optimiser step after the pass
+        selection["bapo statistics + search"] = time_ms({"bapo": lambda: step_bounds(x)}, args.repeats, device)["bapo"]
     return rows, selection
 
 
 def bench_engine(args: argparse.Namespace) -> list[dict]:
-    """One update through verl's FSDP2 engine on a tiny model: vanilla, vanilla + entropy, grpo_erc."""
-    from benchmarks.bench_engine import benchmark_update  # verl's TrainingWorker on gloo (verl_ext.testbed.engine)
+    """One update through verl's FSDP2 engine on a tiny model: vanilla, vanilla + entropy, grpo_erc (with ``--only
+    bapo``: vanilla and bapo's two scopes)."""
+    from benchmarks.bench_engine import BAPO_CASES, BENCH_CASES, benchmark_update  # verl's TrainingWorker on gloo
 
-    return benchmark_update(repeats=args.engine_repeats, batch=args.engine_batch, response_length=args.engine_len)
+    cases = BAPO_CASES if args.only and "bapo" in args.only else BENCH_CASES
+    return benchmark_update(repeats=args.engine_repeats, batch=args.engine_batch, response_length=args.engine_len,
+                            cases=cases)  # fmt: skip
 
 
 def table(rows: list[dict]) -> str:
@@ -190,8 +211,13 @@ def print_table(rows: list[dict], title: str) -> None:
 
 
 def selection_line(selection: dict[str, float]) -> str:
-    return ("batch-scope selection, once per training step on the driver: "
-            + ", ".join(f"{k} {v:.2f} ms" for k, v in selection.items()))  # fmt: skip
+    selection = dict(selection)
+    search = selection.pop("bapo statistics + search", None)  # BAPO's step scope, after its no-grad pass
+    lines = [] if not selection else [("batch-scope selection, once per training step on the driver: "
+                                       + ", ".join(f"{k} {v:.2f} ms" for k, v in selection.items()))]  # fmt: skip
+    if search is not None:
+        lines.append(f"bapo step scope, once per optimiser step after its no-grad pass: statistics + search {search:.2f} ms")
+    return "\n".join(lines)
 
 
 def summarise(result: dict) -> str:
@@ -216,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--engine-batch", type=int, default=8, help="sequences per engine update")
     p.add_argument("--engine-len", type=int, default=64, help="response length of the engine batch")
     p.add_argument("--quick", action="store_true", help="small sizes: 16 x 1024 tokens, 3 repeats")
+    p.add_argument("--only", nargs="+", default=None, metavar="LOSS",
+                   help="time only these losses (first word of a row: bapo, clip_cov, ...) beside vanilla")
     p.add_argument("--json", default="bench_losses.json", help="where to write the results (default bench_losses.json)")
     p.add_argument("--summarise", type=Path, default=None, metavar="JSON",
                    help="measure nothing: print the tables of an earlier run's --json file (markdown) and exit")

@@ -4,7 +4,7 @@
 #
 # usage: bash scripts/gpu_smoke.sh [HYDRA_OVERRIDES...]
 # environment:
-#   LOSS           policy loss: vanilla, clip_cov, kl_cov, grpo_erc (default), gppo_erc
+#   LOSS           policy loss: vanilla, clip_cov, kl_cov, grpo_erc (default), gppo_erc, bapo
 #   MODEL_PATH     use this model instead of building the tiny one (e.g. Qwen/Qwen2.5-0.5B-Instruct)
 #   GPUS_PER_NODE  GPUs to use (1)
 #   SMOKE_DIR      work folder (a new temporary folder, removed after a success unless KEEP=1)
@@ -15,7 +15,7 @@
 set -euo pipefail
 
 SCRIPTS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-LOSSES=(vanilla clip_cov kl_cov grpo_erc gppo_erc)
+LOSSES=(vanilla clip_cov kl_cov grpo_erc gppo_erc bapo)
 die() { echo "error: $*" >&2; exit 2; }
 
 LOSS="${LOSS:-grpo_erc}"

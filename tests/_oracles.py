@@ -66,3 +66,28 @@ def is_ppo_clipped(lp, old, a, eps_low, eps_high):
 def token_mean(per_token: dict, mask):
     """Token-mean over valid tokens of a dict {(i, j): scalar tensor}."""
     return sum(per_token.values()) / int(mask.sum())
+
+
+def bapo_share(ratio, adv, mask, c_low, c_high, c=3.0):
+    """BAPO (arXiv 2510.18927): the positive-advantage tokens' share P / (P + N) of the contribution r|A|, counting
+    the tokens whose gradient the clip keeps: A > 0 with r <= c_high, A < 0 with c_low <= r <= c (1 if P + N = 0)."""
+    p = n = 0.0
+    for r, a, m in zip(ratio.reshape(-1).tolist(), adv.reshape(-1).tolist(), mask.reshape(-1).tolist()):
+        if not m:
+            continue
+        if a > 0 and r <= c_high:
+            p += r * abs(a)
+        elif a < 0 and c_low <= r <= c:
+            n += r * abs(a)
+    return 1.0 if p + n == 0 else p / (p + n)
+
+
+def bapo_search(ratio, adv, mask, a_lo=0.8, b_lo=0.95, d_lo=0.05, a_hi=1.2, b_hi=2.0, d_hi=0.1, rho0=0.5, c=3.0):
+    """BAPO's Algorithm 1 as a plain loop: raise c_low by d_lo up to b_lo, then c_high by d_hi up to b_hi, while the
+    share is below rho0; returns ``(c_low, c_high, share)``."""
+    c_low, c_high = a_lo, a_hi
+    while bapo_share(ratio, adv, mask, c_low, c_high, c) < rho0 and c_low < b_lo - 1e-12:
+        c_low = min(c_low + d_lo, b_lo)
+    while bapo_share(ratio, adv, mask, c_low, c_high, c) < rho0 and c_high < b_hi - 1e-12:
+        c_high = min(c_high + d_hi, b_hi)
+    return c_low, c_high, bapo_share(ratio, adv, mask, c_low, c_high, c)

@@ -17,8 +17,8 @@ from verl.workers.config import PolicyLossConfig as VerlPolicyLossConfig
 from verl_ext.config import ConfigError, PolicyLossConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-LOSSES = ("clip_cov", "kl_cov", "grpo_erc", "gppo_erc", "high_entropy", "entropy_adv")
-"""verl_ext's six losses (verl_ext.losses.LOSSES), in the order the registry probes print them."""
+LOSSES = ("clip_cov", "kl_cov", "grpo_erc", "gppo_erc", "high_entropy", "entropy_adv", "bapo")
+"""verl_ext's seven losses (verl_ext.losses.LOSSES), in the order the registry probes print them."""
 
 BAD_VALUES = [
     ("clip_cov_ratio", 0.0, r"\(0, 1\]"),
@@ -39,6 +39,9 @@ BAD_VALUES = [
     ("entropy_adv_alpha", 0.0, "a number > 0"),
     ("high_entropy_ratio", 0.0, r"\(0, 1\]"),
     ("high_entropy_scope", "global", r"\['batch', 'micro'\]"),
+    ("bapo_rho0", 1.0, r"a share in \(0, 1\)"),
+    ("bapo_clip_low_step", 0.0, "a number > 0"),
+    ("bapo_scope", "batch", r"\['step', 'micro'\]"),
 ]
 
 
@@ -238,8 +241,8 @@ def test_keep_verl_cov_switch_keeps_verl_builtins_and_registers_the_others():
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["verl.trainer.ppo.core_algos", "verl.trainer.ppo.core_algos",
                                    *(f"verl_ext.losses.{name}" for name in LOSSES[2:])]  # fmt: skip
-    assert ("VERL_EXT_KEEP_VERL_COV=1: clip_cov and kl_cov are verl's built-ins; verl_ext registered entropy_adv, "
-            "gppo_erc, grpo_erc, high_entropy") in done.stderr
+    assert ("VERL_EXT_KEEP_VERL_COV=1: clip_cov and kl_cov are verl's built-ins; verl_ext registered bapo, "
+            "entropy_adv, gppo_erc, grpo_erc, high_entropy") in done.stderr
 
 
 @pytest.mark.parametrize("value,loss,message", [

@@ -88,7 +88,7 @@ CPU_MODE_TEST = "tests/cpu/test_cpu_mode.py"
 PATCHES: list[Patch] = [
     # --- verl's registries ---------------------------------------------------------------------------------
     Patch("policy_loss_register", "verl.trainer.ppo.core_algos:register_policy_loss", "registers", "registration",
-          "the six losses under their names; `clip_cov` / `kl_cov` replace verl's built-ins", ALL,
+          "the seven losses under their names; `clip_cov` / `kl_cov` replace verl's built-ins", ALL,
           params=("name",), source=("POLICY_LOSS_REGISTRY[name] = func",)),
     Patch("policy_loss_registry", "verl.trainer.ppo.core_algos:POLICY_LOSS_REGISTRY", "reads", "registration",
           "`ensure_registered` and the config checks look the losses up in verl's dict", ALL,
@@ -179,6 +179,14 @@ PATCHES: list[Patch] = [
           "trainer.actor_worker", "turns the entropy on (graph-free for ERC) and reads `engine`, `loss_fn`", ALL,
           params=("self", "data"), source=("self.engine: BaseEngine =", "self.engine_config =", "self.model_config =",
                                            "self.loss_fn ="), source_in="verl.workers.engine_workers:TrainingWorker"),
+    Patch("training_worker_infer_batch", "verl.workers.engine_workers:TrainingWorker.infer_batch", "calls",
+          "trainer.bapo_step", "BAPO's no-grad pass per optimiser step: `infer_batch` runs `self.loss_fn` (the step's "
+          "statistics, swapped in for the call) on each micro-batch, and `train_batch` reads `self.loss_fn` when called "
+          "(the step's bounds bound in)", ALL, params=("self", "data"),
+          source=('compute_loss = tu.get(data, key="compute_loss", default=True)',
+                  "loss_function = self.loss_fn if compute_loss else None",
+                  "self.engine.train_batch(data, loss_function=self.loss_fn)"),
+          source_in="verl.workers.engine_workers:TrainingWorker"),
     Patch("engine_entropy_fn", f"{FSDP_ENGINE}:FSDPEngine", "wraps", "trainer.actor_worker",
           "the engine's `compute_entropy_from_logits` attribute runs under `no_grad` for ERC", ALL,
           source=("self.compute_entropy_from_logits = (",), also="tests/trainer/test_actor_loss.py"),

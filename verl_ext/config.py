@@ -11,6 +11,7 @@ losses run on the values they read (so a plain verl ``PolicyLossConfig`` is vali
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, TypeVar
@@ -21,6 +22,10 @@ POLICY_LOSS_PREFIX = "actor_rollout_ref.actor.policy_loss."
 ACTOR_PREFIX = "actor_rollout_ref.actor."
 COV_SCOPES = ("batch", "micro")
 ENTROPY_SCOPES = ("batch", "micro")
+BAPO_SCOPES = ("step", "micro")
+BAPO_MAX_STEPS = 1000
+"""The most widening steps one BAPO bound may take (``ceil((max - start) / step)``): the search is vectorised over
+every candidate bound, so their number is a static tensor size."""
 
 
 class ConfigError(ValueError):
@@ -105,9 +110,52 @@ def check_policy_loss_params(values: Mapping[str, Any]) -> None:
     if kappa is not None and not _number("entropy_adv_kappa", kappa) > 1.0:
         raise _bad("entropy_adv_kappa", kappa, "a number > 1, as the paper requires (at 1 the shaping can cancel a "
                    "negative advantage, below 1 flip it)")
+    _check_bapo(values)
     seed = values.get("cov_seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
         raise _bad("cov_seed", seed, "an integer >= 0")
+
+
+def _check_bapo(values: Mapping[str, Any]) -> None:
+    """BAPO's keys: ``0 < bapo_clip_low <= bapo_clip_low_max < 1 < bapo_clip_high <= bapo_clip_high_max``, steps > 0
+    with at most :data:`BAPO_MAX_STEPS` widening steps a bound, ``0 < bapo_rho0 < 1``, ``bapo_scope`` in
+    :data:`BAPO_SCOPES`."""
+    rho0 = values.get("bapo_rho0")
+    if rho0 is not None and not 0.0 < _number("bapo_rho0", rho0) < 1.0:
+        raise _bad("bapo_rho0", rho0, "a share in (0, 1): the positive-advantage tokens' target share of the "
+                   "contribution (0.5: as much as the negative ones)")
+    scope = values.get("bapo_scope")
+    if scope is not None and scope not in BAPO_SCOPES:
+        raise _bad("bapo_scope", scope, f"one of {list(BAPO_SCOPES)}")
+    for key in ("bapo_clip_low_step", "bapo_clip_high_step"):
+        if values.get(key) is not None and not _number(key, values[key]) > 0.0:
+            raise _bad(key, values[key], "a number > 0 (the bound's widening step)")
+    low, low_max = values.get("bapo_clip_low"), values.get("bapo_clip_low_max")
+    high, high_max = values.get("bapo_clip_high"), values.get("bapo_clip_high_max")
+    if low is not None and not 0.0 < _number("bapo_clip_low", low) < 1.0:
+        raise _bad("bapo_clip_low", low, "an importance-ratio bound in (0, 1) (0.8, not an epsilon)")
+    if low_max is not None and not 0.0 < _number("bapo_clip_low_max", low_max) < 1.0:
+        raise _bad("bapo_clip_low_max", low_max, "an importance-ratio bound in (0, 1)")
+    if low is not None and low_max is not None and not low <= low_max:
+        raise _bad("bapo_clip_low_max", low_max, f"a value >= bapo_clip_low={low!r}")
+    if high is not None and not _number("bapo_clip_high", high) > 1.0:
+        raise _bad("bapo_clip_high", high, "an importance-ratio bound > 1 (1.2, not an epsilon)")
+    if high_max is not None and not _number("bapo_clip_high_max", high_max) > 1.0:
+        raise _bad("bapo_clip_high_max", high_max, "an importance-ratio bound > 1")
+    if high is not None and high_max is not None and not high <= high_max:
+        raise _bad("bapo_clip_high_max", high_max, f"a value >= bapo_clip_high={high!r}")
+    for side in ("low", "high"):
+        start, stop, step = (values.get(f"bapo_clip_{side}{s}") for s in ("", "_max", "_step"))
+        if None not in (start, stop, step) and bapo_steps(start, stop, step) > BAPO_MAX_STEPS:
+            raise _bad(f"bapo_clip_{side}_step", step, f"a step that reaches bapo_clip_{side}_max={stop!r} from "
+                       f"bapo_clip_{side}={start!r} in at most {BAPO_MAX_STEPS} steps")
+
+
+def bapo_steps(start: float, stop: float, step: float) -> int:
+    """How many widening steps of ``step`` take a BAPO bound from ``start`` to ``stop`` (the last one capped at
+    ``stop``): ``ceil((stop - start) / step)``, with a relative tolerance of 1e-9 so that 0.8 -> 0.95 by 0.05 is 3."""
+    span = (float(stop) - float(start)) / float(step)
+    return max(0, math.ceil(span - 1e-9 * max(1.0, abs(span))))
 
 
 def config_value(obj: Any, key: str, default: Any = None) -> Any:
@@ -219,6 +267,34 @@ class PolicyLossConfig(VerlPolicyLossConfig):
     entropy_adv_kappa: float = 2.0
     """entropy_adv: kappa > 1 in ``A' = A + min(alpha H, |A| / kappa)`` (the paper's condition): the shaping stays
     below ``|A|``, so a negative advantage keeps its sign and is never cancelled (2 in public code)."""
+
+    bapo_clip_low: float = 0.8
+    """bapo: the lower importance-ratio bound ``c_low`` each step starts from (an explicit bound, not an epsilon; the
+    authors' example script: 0.8; their YAML and README: 0.6)."""
+
+    bapo_clip_low_max: float = 0.95
+    """bapo: the largest ``c_low`` the search may raise it to, < 1 (example script: 0.95; YAML 0.8; README 0.9)."""
+
+    bapo_clip_low_step: float = 0.05
+    """bapo: the step ``delta_1`` by which ``c_low`` is raised (example script and YAML: 0.05)."""
+
+    bapo_clip_high: float = 1.2
+    """bapo: the upper importance-ratio bound ``c_high`` each step starts from (script, YAML and README: 1.2)."""
+
+    bapo_clip_high_max: float = 2.0
+    """bapo: the largest ``c_high`` the search may raise it to (example script and YAML: 2.0; README 3.0)."""
+
+    bapo_clip_high_step: float = 0.1
+    """bapo: the step ``delta_2`` by which ``c_high`` is raised (example script: 0.1; YAML 0.05)."""
+
+    bapo_rho0: float = 0.5
+    """bapo: the target share ``rho_0`` in (0, 1) of the positive-advantage tokens in the contribution (paper and
+    README: 0.5; the authors' code compares the ratio P/N with its target instead, see :mod:`verl_ext.losses.bapo`)."""
+
+    bapo_scope: str = "step"
+    """bapo: where the bounds are decided. ``step``: once per optimiser step, over its whole mini-batch and every DP
+    rank, from a no-grad forward pass (verl_ext's actor worker); ``micro``: inside each loss call, over its micro-batch
+    (the authors' code; changes with the micro-batch size and dynamic batching)."""
 
     def __post_init__(self) -> None:
         parent = getattr(super(), "__post_init__", None)

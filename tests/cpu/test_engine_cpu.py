@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import torch
 from _cpu_marks import cpu_only, python
+from tensordict import TensorDict
 
 from verl_ext.cpu import platform as cpu_platform
 from verl_ext.testbed.tiny_model import DEFAULT_WORDS, build_tiny_model, build_tokenizer
@@ -445,3 +446,64 @@ def test_fresh_ray_worker_sees_verl_ext_losses(monkeypatch):
         ray.shutdown()
     assert pid != os.getpid() and env_var is None
     assert modules == {name: f"verl_ext.losses.{name}" for name in ("grpo_erc", "gppo_erc", "clip_cov", "kl_cov")}
+
+
+# --------------------------------------------------------------------------------------------------------
+# BAPO: bounds decided once per optimiser step by a no-grad pass inside verl's engine
+# --------------------------------------------------------------------------------------------------------
+
+
+def stale(batch: TensorDict, seed: int = 5, scale: float = 0.3, shift: float = -0.6) -> TensorDict:
+    """The batch as if sampled by an older policy: old log-probs moved by noise, so that ratios differ from 1, and
+    advantages shifted down, so that the negative tokens dominate. Rows 4-7 come first: for them the search stops
+    half-way on ``c_high`` (checked against the oracle in the test)."""
+    g = torch.Generator().manual_seed(seed)
+    out = batch.clone()
+    noise = scale * torch.randn(out["old_log_probs"].shape, generator=g)
+    out["old_log_probs"] = (out["old_log_probs"] + noise) * out["response_mask"]
+    out["advantages"] = (out["advantages"] + shift) * out["response_mask"]
+    return out[torch.tensor([4, 5, 6, 7, 0, 1, 2, 3])]
+
+
+def bapo_run(make_actor, micro: int, scope: str = "step"):
+    actor = make_actor(actor_config("bapo", {"bapo_scope": scope}, ppo_micro_batch_size_per_gpu=micro))
+    batch = stale(rollout(actor))
+    current = actor.compute_log_prob(batch, calculate_entropy=False)["log_probs"]  # before the first step
+    metrics = actor.update(batch)
+    return batch, current, metrics, actor.parameters_snapshot()
+
+
+@cpu_only
+def test_bapo_step_bounds_are_the_mini_batchs_and_do_not_depend_on_micro_batching(make_actor):
+    """Two optimiser steps (mini-batches of 4). The first step's bounds are the search over its 4 rows with the
+    policy's log-probs before the update (float64 oracle from the paper's formulas), identical in each of its
+    micro-batches; micro-batches of 1 and 4 give the same bounds and the same parameters afterwards."""
+    import _oracles as O
+
+    runs = {micro: bapo_run(make_actor, micro) for micro in (1, 4)}
+    batch, current, metrics, params = runs[4]
+    rows = slice(0, 4)  # the first mini-batch (no shuffle)
+    ratio = torch.exp((current[rows] - batch["old_log_probs"][rows]).double())
+    want = O.bapo_search(ratio, batch["advantages"][rows].double(), batch["response_mask"][rows].bool())
+    assert want[0] == pytest.approx(0.95) and 1.2 < want[1] < 2.0, want  # the fixture stops half-way on c_high
+    for key, index in (("actor/bapo/clip_low", 0), ("actor/bapo/clip_high", 1), ("actor/bapo/positive_share", 2)):
+        got = values(metrics, key)
+        assert got[0] == pytest.approx(want[index], abs=1e-5), key
+        for micro, (_, _, other, _) in runs.items():
+            assert len(set(values(other, key))) <= 2, (micro, key)  # one value per optimiser step
+            assert values(other, key)[0] == pytest.approx(got[0], abs=1e-6), (micro, key)
+            assert values(other, key)[-1] == pytest.approx(got[-1], abs=1e-6), (micro, key)
+    for micro in (1,):
+        for name, value in runs[micro][3].items():
+            torch.testing.assert_close(value, params[name], rtol=1e-4, atol=1e-5, msg=f"micro={micro} {name}")
+
+
+@cpu_only
+def test_bapo_step_scope_needs_the_workers_bounds(make_actor):
+    """verl's plain TrainingWorker does not run the pass: verl_ext's actor loss refuses rather than silently
+    deciding per micro-batch."""
+    from verl.workers.engine_workers import TrainingWorker
+
+    actor = make_actor(actor_config("bapo", {"bapo_scope": "step"}), worker_cls=TrainingWorker)
+    with pytest.raises(ValueError, match="bapo_scope=step"):
+        actor.update(stale(rollout(actor)))

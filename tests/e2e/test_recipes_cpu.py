@@ -73,14 +73,16 @@ RECIPES: dict[str, tuple[str, ...]] = {
     "dapo_clip_cov": ENTROPIC,
     "dapo_kl_cov": (),
     "dapo_gppo_erc": (),
+    "dapo_bapo": (),
     "gsm8k_grpo_vanilla": ("trainer.use_v1=False", *PI_COEF),
     "gsm8k_grpo_erc": ("trainer.use_v1=False",),
     "gsm8k_grpo_kl_clip": ENTROPIC_COEF,
 }
 """The launches of verl's trainer through a recipe script, each proving what no pinned config and no other launch does
 (docs/testing.md lists what each proves): every loss acting (vanilla under GSM8K's PI run; Clip-Cov, KL-Cov, GPPO-ERC,
-high_entropy, entropy_adv on DAPO; ERC on the real model; KL clipping), every (controller, actuator) pair (`auto` on
-the clip bound with a relative target on high_entropy's launch, Skywork-OR1 on entropy_adv's launch, EntroPIC on Clip-Cov's, PI and EntroPIC on the coefficient on GSM8K's; PI on the selection
+high_entropy, entropy_adv, BAPO's per-step no-grad pass and all-reduce on DAPO; ERC on the real model; KL clipping),
+every (controller, actuator) pair (`auto` on the clip bound with a relative target on high_entropy's launch,
+Skywork-OR1 on entropy_adv's launch, EntroPIC on Clip-Cov's, PI and EntroPIC on the coefficient on GSM8K's; PI on the selection
 ratio in tests/e2e/test_e2e_cpu.py, the demo), both trainers (two GSM8K launches on verl's legacy trainer), each
 family's machinery (DAPO's dynamic sampling, reward manager and overlong buffer; verl's gsm8k scorer), the real model.
 What the other recipes launch - the DAPO baseline, GSM8K's Clip-Cov and KL-Cov, DAPO's ERC, and dapo_skywork /
@@ -464,3 +466,13 @@ def test_entropic_on_the_entropy_coefficient_follows_its_law_on_v1(runs):
         integral += MINI_BATCHES * e
         assert run.metric(step, "entropy_control/entropy_coef") == pytest.approx(want, rel=1e-9)
     _entropy_term_is_the_coefficient_times_the_entropy(run)
+
+
+def test_bapo_decides_its_bounds_every_step_within_their_ranges(runs):
+    """BAPO's bounds come from the actor worker's no-grad pass over each mini-batch, all-reduced over the 2 ranks
+    (dynamic micro-batches): logged every step, inside the authors' ranges (configs/policy_loss/bapo.yaml)."""
+    run = runs("dapo_bapo")
+    for step in (1, 2, 3):
+        assert 0.8 - 1e-6 <= run.metric(step, "actor/bapo/clip_low") <= 0.95 + 1e-6
+        assert 1.2 - 1e-6 <= run.metric(step, "actor/bapo/clip_high") <= 2.0 + 1e-6
+        assert 0.0 <= run.metric(step, "actor/bapo/positive_share") <= 1.0

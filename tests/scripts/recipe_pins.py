@@ -44,7 +44,7 @@ VERL_DEFAULTS = Path(__file__).resolve().parent / "verl_defaults.yaml"
 
 GPU_RECIPES = ("gsm8k_grpo_vanilla", "gsm8k_grpo_clip_cov", "gsm8k_grpo_kl_cov", "gsm8k_grpo_kl_clip", "gsm8k_grpo_erc",
                "dapo_baseline", "dapo_clip_cov", "dapo_kl_cov", "dapo_grpo_erc", "dapo_gppo_erc", "dapo_high_entropy",
-               "dapo_entropy_adv", "dapo_skywork", "dapo_entropic")  # fmt: skip
+               "dapo_entropy_adv", "dapo_skywork", "dapo_entropic", "dapo_bapo")  # fmt: skip
 """The GPU recipes, each pinned at scale=gpu, scale=cpu (tiny model) and scale=cpu with cpu_model=smollm2."""
 
 OTHER_VARIABLES = ("WANDB_API_KEY", "WANDB_MODE", "NETRC", "RAY_ADDRESS", "HYDRA_FULL_ERROR")
@@ -69,7 +69,7 @@ def cases() -> dict[str, Case]:
                                               (f"family={family}",))  # fmt: skip
     out["eval_gsm8k_erc_ckpt.cpu_smollm2"] = ("eval", {"SCALE": "cpu", "MODEL": "smollm2",
                                                        "CKPT": "$RUN/ckpts/run/global_step_40"}, ("family=gsm8k",))
-    for loss in ("vanilla", "clip_cov", "kl_cov", "grpo_erc", "gppo_erc", "high_entropy", "entropy_adv"):
+    for loss in ("vanilla", "clip_cov", "kl_cov", "grpo_erc", "gppo_erc", "high_entropy", "entropy_adv", "bapo"):
         out[f"cpu_tiny_{loss}"] = ("cpu_tiny", {"LOSS": loss}, ())
     out["cpu_tiny_grpo_erc.smollm2"] = ("cpu_tiny", {"MODEL": "smollm2"}, ())
     return out

@@ -23,7 +23,7 @@ EXPERIMENT_NAMES = {"eval": "eval-dapo-erc", "cpu_tiny": "cpu-tiny-grpo_erc"}
 
 
 def test_every_recipe_is_covered():
-    assert len(RECIPES) == 16 and "cpu_tiny" in RECIPES and "eval" in RECIPES
+    assert len(RECIPES) == 17 and "cpu_tiny" in RECIPES and "eval" in RECIPES
 
 
 @pytest.mark.parametrize("name", RECIPES)

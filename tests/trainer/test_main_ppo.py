@@ -20,7 +20,7 @@ import torch
 from tensordict import TensorDict
 
 ROOT = Path(__file__).resolve().parents[2]
-LOSSES = ("clip_cov", "kl_cov", "grpo_erc", "gppo_erc", "high_entropy", "entropy_adv")
+LOSSES = ("clip_cov", "kl_cov", "grpo_erc", "gppo_erc", "high_entropy", "entropy_adv", "bapo")
 
 from _trainer_fakes import CLUSTER  # noqa: E402
 
@@ -32,6 +32,7 @@ LOSS_OVERRIDES = {
     "gppo_erc": (["actor_rollout_ref.actor.policy_loss.gppo_beta1=1.0"], "gppo_beta1=1.0"),
     "high_entropy": (["actor_rollout_ref.actor.policy_loss.high_entropy_ratio=0.3"], "high_entropy_ratio=0.3"),
     "entropy_adv": (["actor_rollout_ref.actor.policy_loss.entropy_adv_kappa=1.5"], "entropy_adv_kappa=1.5"),
+    "bapo": (["actor_rollout_ref.actor.policy_loss.bapo_rho0=0.4"], "bapo_rho0=0.4"),
 }
 
 

@@ -45,6 +45,8 @@ LOSS_KEYS = {
     "gppo_erc": ("entropy_mask_low", "entropy_mask_high", "gppo_beta1", "gppo_beta2"),
     "high_entropy": ("high_entropy_ratio", "high_entropy_scope"),
     "entropy_adv": ("entropy_adv_alpha", "entropy_adv_kappa"),
+    "bapo": ("bapo_clip_low", "bapo_clip_low_max", "bapo_clip_low_step", "bapo_clip_high", "bapo_clip_high_max",
+             "bapo_clip_high_step", "bapo_rho0", "bapo_scope"),
 }
 """The hyperparameters of each verl_ext loss shown in the summary (keys of ``policy_loss``); one entry per loss of
 :data:`verl_ext.losses.LOSSES`."""
@@ -247,6 +249,11 @@ def summary(config: DictConfig, validated: Validated) -> str:
     if validated.facts.get("old_entropy"):
         lines.append("  entropy   : old-log-prob entropy kept as batch field old_entropy; current entropy "
                      "computed without autograd graph in the update forward")  # fmt: skip
+    if mode == "bapo":
+        lines.append("  bapo      : the clip line's clip_ratio_low / clip_ratio_high are not used: the bounds are "
+                     "bapo_clip_low..bapo_clip_low_max and bapo_clip_high..bapo_clip_high_max, clip_ratio_c is the dual "
+                     "clip; " + ("decided once per optimiser step by a no-grad pass over its mini-batch"
+                                 if loss.get("bapo_scope", "step") == "step" else "decided in each loss call"))
     if validated.facts.get("cov_selected"):
         lines.append("  selection : batch scope, computed on the driver before each actor update "
                      "(batch field cov_selected)")  # fmt: skip

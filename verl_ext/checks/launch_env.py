@@ -105,7 +105,7 @@ VARIABLES: tuple[Variable, ...] = (
              choices=("toy", "tiny", "smollm2")),
     Variable("LOSS", (LOSS_GROUP, LOSS_ACTOR_GROUP), "group", "shorthand: the loss and its paper's settings (the "
              "second group where the loss has one)", scope="cpu_tiny",
-             choices=("vanilla", "clip_cov", "kl_cov", "grpo_erc", "gppo_erc", "high_entropy", "entropy_adv")),
+             choices=("vanilla", "clip_cov", "kl_cov", "grpo_erc", "gppo_erc", "high_entropy", "entropy_adv", "bapo")),
     Variable("DRY_RUN", (), "switch", "1: compose and validate (verl_ext.dry_run=true), no Ray", choices=("0", "1")),
     Variable("PRINT_CMD", (), "switch", "1: print the command with every override and exit", choices=("0", "1")),
     Variable("PYTHON", (), "switch", "the interpreter (default python3)"),

@@ -9,6 +9,7 @@
 | ``high_entropy`` | policy gradient on the high-entropy minority of tokens (arXiv 2506.01939), batch or micro scope |
 | ``entropy_adv`` | entropy-based advantage shaping (arXiv 2506.14758) |
 | ``entropic`` | EntroPIC's term on high-probability tokens (arXiv 2511.15248), the ``pos_weight`` actuator |
+| ``bapo`` | BAPO's adaptive clip bounds (arXiv 2510.18927), decided per optimiser step or per call |
 | ``erc`` | the entropy-ratio mask |
 | ``common`` | per-token PPO terms, masked statistics |
 | ``selection`` | covariance token selection: hash RNG, sync-free top-k, batch scope |
@@ -20,6 +21,7 @@ May import: torch, verl's ``core_algos``, and ``verl_ext.config``; never the tra
 
 from __future__ import annotations
 
+from verl_ext.losses.bapo import compute_policy_loss_bapo
 from verl_ext.losses.clip_cov import compute_policy_loss_clip_cov
 from verl_ext.losses.entropy_adv import compute_policy_loss_entropy_adv
 from verl_ext.losses.high_entropy import compute_policy_loss_high_entropy
@@ -35,6 +37,7 @@ LOSSES = {
     "gppo_erc": compute_policy_loss_gppo_erc,
     "high_entropy": compute_policy_loss_high_entropy,
     "entropy_adv": compute_policy_loss_entropy_adv,
+    "bapo": compute_policy_loss_bapo,
 }
 ERC_LOSSES = frozenset({"grpo_erc", "gppo_erc"})
 TOKEN_MEAN_METRICS = frozenset({

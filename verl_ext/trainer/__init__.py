@@ -8,6 +8,7 @@
 | ``advantage_store`` | V1: verl_ext's fields fetched and stored with verl's own advantage step (no round trip of their own) |
 | ``workers`` | maps the actor role to verl_ext's ``ActorRolloutRefWorker`` subclass |
 | ``actor_worker`` | verl's ``ActorRolloutRefWorker`` with the graph-free current entropy for ERC |
+| ``bapo_step`` | BAPO's clip bounds once per optimiser step: a no-grad pass over the mini-batch, all-reduced |
 | ``actor_loss`` | the actor's ``ppo_loss``: verl's contract plus verl_ext's extra loss inputs and KL clipping |
 | ``actor_config`` | ``FSDPActorConfig``: verl's plus the KL-clipping keys |
 

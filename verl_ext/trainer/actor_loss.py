@@ -55,7 +55,7 @@ from verl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
 from verl.utils.metric import AggregationType, Metric
 from verl.workers.utils.padding import no_padding_2_padding
 
-from verl_ext.config import loss_mode_of
+from verl_ext.config import loss_mode_of, policy_loss_params
 from verl_ext.contract import CLIP_RATIO_HIGH, ENTROPY_COEF, HIGH_ENTROPY_WEIGHT, POS_WEIGHT, POS_WEIGHT_NORM
 from verl_ext.control.actuators import clip_high_refusal
 from verl_ext.losses import CURRENT_ENTROPY_LOSSES, TOKEN_MEAN_METRICS
@@ -143,6 +143,23 @@ def policy_loss_extras(config: Any, batch: TensorDict, entropy: torch.Tensor | N
     return extras
 
 
+def bapo_extras(config: Any, bapo_bounds: torch.Tensor | None) -> dict[str, torch.Tensor]:
+    """``{"bapo_bounds": ...}`` for ``bapo`` with ``bapo_scope=step``; a ``ValueError`` when the worker supplied none
+    (deciding them per micro-batch instead would silently change the method); ``{}`` otherwise."""
+    if loss_mode_of(config) != "bapo":
+        return {}
+    (scope,) = policy_loss_params(config, "bapo_scope")
+    if scope != "step":
+        return {}
+    if bapo_bounds is None:
+        raise ValueError(
+            "verl_ext: actor_rollout_ref.actor.policy_loss.loss_mode=bapo with bapo_scope=step needs the optimiser "
+            "step's bounds, which verl_ext's actor worker (python -m verl_ext.main_ppo) decides by a no-grad pass "
+            "before each step; with another driver set policy_loss.bapo_scope=micro"
+        )
+    return {"bapo_bounds": bapo_bounds}
+
+
 def check_actuator_field(config: Any, fields: Any) -> None:
     """With the entropy control on and a loss-side actuator (the actor keys ``entropy_control_enable`` /
     ``entropy_control_actuator``, copies of ``verl_ext.entropy_control.enable`` / ``.actuator``), the update batch must
@@ -220,8 +237,11 @@ def kl_loss(
     return clipped, metrics
 
 
-def ppo_loss(config: Any, model_output: Any, data: TensorDict, dp_group: Any = None) -> tuple[torch.Tensor, dict]:
-    """verl's ``ppo_loss`` signature and behaviour, with verl_ext's extra inputs and KL clipping."""
+def ppo_loss(
+    config: Any, model_output: Any, data: TensorDict, dp_group: Any = None, bapo_bounds: torch.Tensor | None = None
+) -> tuple[torch.Tensor, dict]:
+    """verl's ``ppo_loss`` signature and behaviour, with verl_ext's extra inputs and KL clipping. ``bapo_bounds``:
+    the optimiser step's BAPO bounds, bound in by verl_ext's actor worker (:mod:`verl_ext.trainer.bapo_step`)."""
     log_prob = no_padding_2_padding(model_output["log_probs"], data)
     entropy = model_output.get("entropy", None)
     if entropy is not None:
@@ -246,6 +266,7 @@ def ppo_loss(config: Any, model_output: Any, data: TensorDict, dp_group: Any = N
         config=loss_config,
         rollout_is_weights=batch.get("rollout_is_weights", None),
         **policy_loss_extras(config, batch, entropy),
+        **bapo_extras(config, bapo_bounds),
     )
     metrics: dict[str, Any] = policy_metrics(pg_metrics, response_mask, data)
     metrics["actor/pg_loss"] = Metric(value=pg_loss, aggregation=aggregation)
@@ -301,4 +322,5 @@ def ppo_loss(config: Any, model_output: Any, data: TensorDict, dp_group: Any = N
     return policy_loss, metrics
 
 
-__all__ = ["CLIP_HIGH_METRIC", "check_actuator_field", "high_prob_normaliser", "with_clip_ratio_high", "kl_loss", "policy_loss_extras", "policy_metrics", "ppo_loss"]
+__all__ = ["CLIP_HIGH_METRIC", "bapo_extras", "check_actuator_field", "high_prob_normaliser", "with_clip_ratio_high",
+           "kl_loss", "policy_loss_extras", "policy_metrics", "ppo_loss"]

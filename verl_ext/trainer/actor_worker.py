@@ -49,6 +49,7 @@ from verl.workers.utils.losses import ppo_loss as verl_ppo_loss
 from verl_ext.config import config_value, loss_mode_of, policy_loss_params
 from verl_ext.contract import ENTROPY_COEF
 from verl_ext.losses import CURRENT_ENTROPY_LOSSES, ERC_LOSSES
+from verl_ext.trainer.bapo_step import decide_step_bounds, needs_step_bounds
 
 logger = logging.getLogger(__name__)
 
@@ -161,6 +162,19 @@ class EntropyAwareTrainingWorker(TrainingWorker):
 
     @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="train"), blocking=False)
     def train_batch(self, data: TensorDict) -> TensorDict:
+        actor_config = actor_config_of(self.loss_fn)
+        if not needs_step_bounds(actor_config):
+            return self._train_batch(data)
+        # BAPO: the step's clip bounds from a no-grad pass over this mini-batch, bound into every micro-batch's loss
+        bounds = decide_step_bounds(self, data, actor_config)
+        original = self.loss_fn
+        self.loss_fn = functools.partial(original, bapo_bounds=bounds)
+        try:
+            return self._train_batch(data)
+        finally:
+            self.loss_fn = original
+
+    def _train_batch(self, data: TensorDict) -> TensorDict:
         plan = entropy_plan(actor_config_of(self.loss_fn), data.keys())
         if plan.calculate:
             tu.assign_non_tensor(data, calculate_entropy=True)
