@@ -77,6 +77,9 @@ CLIP_HIGH_REFUSED_LOSSES = {
     "kl_cov": "KL-Cov does not clip (clip_ratio_high only feeds its pg_clipfrac metric): the bound would change nothing",
     "gppo_erc": "CE-GPPO keeps the gradient of tokens beyond the bound (scaled by gppo_beta2 x (1 + clip_ratio_high)), "
                 "so the bound does not decide which positive tokens learn: DAPO's clip-higher mechanism is not there",
+    "bapo": "BAPO sets its own ratio bounds (bapo_clip_low / bapo_clip_high) each optimiser step and ignores the actor's "
+            "clip_ratio_high: a controller on that bound would change nothing, and one on BAPO's bound would fight its "
+            "search",
 }
 """Policy losses ``clip_high`` refuses, with the reason the config-time error gives. A loss in neither this nor
 :data:`CLIP_HIGH_LOSSES` (verl's other losses: gspo, sapo, cispo, ...) is refused as not checked."""
