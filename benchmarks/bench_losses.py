@@ -94,7 +94,7 @@ def cases(x: dict[str, torch.Tensor]) -> dict[str, tuple[Callable, ActorConfig, 
 def step_bounds(x: dict[str, torch.Tensor]) -> torch.Tensor:
     """BAPO's bounds over the whole input, as the no-grad pass decides them for a step."""
     cfg = actor_config("bapo")
-    lows, highs = bapo.bound_grid(cfg)
+    lows, highs = bapo.bound_grid(cfg, x["lp"].device)
     ratio = bapo.importance_ratio(x["lp"], x["old"])
     stats = bapo.contribution_statistics(ratio, x["adv"], x["mask"], lows, highs, cfg.clip_ratio_c)
     return bapo.decide_bounds(stats, lows, highs, 0.5)

@@ -71,13 +71,17 @@ BAPO_KEYS = ("bapo_clip_low", "bapo_clip_low_max", "bapo_clip_low_step", "bapo_c
              "bapo_clip_high_step", "bapo_rho0", "bapo_scope")  # fmt: skip
 
 
-def bound_grid(config: Any) -> tuple[torch.Tensor, torch.Tensor]:
+def bound_grid(config: Any, device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The candidate bounds (float64): ``c_low`` = ``a^-, a^- + delta_1, ..., b^-`` and ``c_high`` likewise, the last
-    step capped at the maximum (the authors' ``min(c + step, max)``)."""
+    step capped at the maximum (the authors' ``min(c + step, max)``). Built on ``device`` from the config's scalars
+    (``arange`` and arithmetic: no host-to-device copy, which CUDA counts as a synchronisation)."""
     a_lo, b_lo, d_lo, a_hi, b_hi, d_hi = policy_loss_params(config, *BAPO_KEYS[:6])
-    lows = [min(a_lo + k * d_lo, b_lo) for k in range(bapo_steps(a_lo, b_lo, d_lo) + 1)]
-    highs = [min(a_hi + k * d_hi, b_hi) for k in range(bapo_steps(a_hi, b_hi, d_hi) + 1)]
-    return torch.tensor(lows, dtype=torch.float64), torch.tensor(highs, dtype=torch.float64)
+
+    def grid(a: float, b: float, d: float) -> torch.Tensor:
+        k = torch.arange(bapo_steps(a, b, d) + 1, dtype=torch.float64, device=device)
+        return torch.clamp(a + k * d, max=b)
+
+    return grid(a_lo, b_lo, d_lo), grid(a_hi, b_hi, d_hi)
 
 
 def contribution_statistics(
@@ -115,11 +119,12 @@ def decide_bounds(stats: torch.Tensor, c_lows: torch.Tensor, c_highs: torch.Tens
     division; met where ``P + N = 0``), is taken, else the last."""
     n_low, n_high = len(c_lows), len(c_highs)
     device = stats.device
-    low_idx = torch.cat([torch.arange(n_low), torch.full((n_high - 1,), n_low - 1)]).to(device)
-    high_idx = torch.cat([torch.zeros(n_low - 1, dtype=torch.long), torch.arange(n_high)]).to(device)
+    low_idx = torch.cat([torch.arange(n_low, device=device), torch.full((n_high - 1,), n_low - 1, device=device)])
+    high_idx = torch.cat([torch.zeros(n_low - 1, dtype=torch.long, device=device), torch.arange(n_high, device=device)])
     n_path, p_path = stats[:n_low][low_idx], stats[n_low:][high_idx]
     met = (1.0 - rho0) * p_path >= rho0 * n_path
-    met[-1] = True
+    met = met | (torch.arange(met.numel(), device=device) == met.numel() - 1)  # the last point always (no host scalar
+    # written into a device tensor: CUDA counts ``met[-1] = True`` as a synchronisation)
     first = torch.argmax(met.to(torch.int8)).reshape(1)  # the first True (gather: no data-dependent indexing)
     n_at, p_at = n_path.gather(0, first)[0], p_path.gather(0, first)[0]
     total = p_at + n_at
@@ -137,7 +142,7 @@ def importance_ratio(log_prob: torch.Tensor, old_log_prob: torch.Tensor) -> torc
 def step_statistics(config: Any, log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor,
                     response_mask: torch.Tensor) -> torch.Tensor:
     """:func:`contribution_statistics` of one micro-batch with the configured grid (the no-grad pass's part)."""
-    c_lows, c_highs = bound_grid(config)
+    c_lows, c_highs = bound_grid(config, log_prob.device)
     ratio = importance_ratio(log_prob, old_log_prob)
     return contribution_statistics(ratio, advantages, response_mask.bool(), c_lows, c_highs, dual_clip_c(config))
 
@@ -178,7 +183,7 @@ def compute_policy_loss_bapo(
     ratio = importance_ratio(log_prob, old_log_prob)
     if bapo_bounds is None:
         _note_micro_fallback(config)
-        c_lows, c_highs = bound_grid(config)
+        c_lows, c_highs = bound_grid(config, ratio.device)
         bapo_bounds = decide_bounds(contribution_statistics(ratio, advantages, mask, c_lows, c_highs, c),
                                     c_lows, c_highs, rho0)  # fmt: skip
     bounds = bapo_bounds.detach().to(device=ratio.device, dtype=ratio.dtype)

@@ -59,9 +59,13 @@ def reduce_and_decide(total: torch.Tensor | None, actor_config: Any, dp_group: A
     """All-reduce the summed statistics over ``dp_group`` (when torch.distributed is initialised) and decide the
     bounds: ``[c_low, c_high, rho]`` (float64, on the statistics' device). A rank with no micro-batch contributes
     zeros."""
-    c_lows, c_highs = bound_grid(actor_config)
+    if total is None:  # on the device the collective runs on (NCCL needs CUDA tensors)
+        device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    else:
+        device = total.device
+    c_lows, c_highs = bound_grid(actor_config, device)
     if total is None:
-        total = torch.zeros(len(c_lows) + len(c_highs), dtype=torch.float64)
+        total = torch.zeros(len(c_lows) + len(c_highs), dtype=torch.float64, device=device)
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.all_reduce(total, op=torch.distributed.ReduceOp.SUM, group=dp_group)
     (rho0,) = policy_loss_params(actor_config, "bapo_rho0")
