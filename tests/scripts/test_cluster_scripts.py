@@ -226,7 +226,7 @@ def test_submit_refuses_a_variable_the_recipe_does_not_take_before_submitting(fa
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ([], "RECIPE is missing; available: cpu_tiny dapo_baseline"),
+        ([], "RECIPE is missing; available: cpu_tiny dapo_bapo dapo_baseline"),
         (["no_such_recipe"], "unknown recipe 'no_such_recipe'; available:"),
         (["launch"], "unknown recipe 'launch'"),
         (["--address", "10.1.2.3:8265", "dapo_baseline"], "expected the dashboard URL"),
