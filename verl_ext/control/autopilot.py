@@ -413,21 +413,8 @@ class EntropyController:
         """``target_unit=initial``, the first usable measurement: it becomes the anchor ``H_1``; the controller does
         not run (there is no target to compare with before it) and the actuator applies its rest value."""
         self.anchor = entropy
-        self.controller.state.step = int(step)
-        self.last_step = int(step)
-        self.held = self.actuator.init
-        value = self.actuator.init
-        metrics = {
-            CONTROL_TARGET: target_nats(self.config, step, self.total_steps, self.anchor),
-            CONTROL_ANCHOR: self.anchor,
-            CONTROL_ENTROPY: entropy,
-            CONTROL_VALUE: value,
-            CONTROL_ACTUATOR_KEYS[self.actuator.name]: value,
-            CONTROL_INTEGRAL: self.controller.state.integral,
-            CONTROL_SATURATED: 0.0,
-            CONTROL_BAD_STEPS: float(self.bad_steps),
-        }
-        return value, metrics
+        target = target_nats(self.config, step, self.total_steps, self.anchor)
+        return self._apply_without_controller(step, target, entropy, self.actuator.init)
 
     def _hold(self, step: int, target: float, entropy: float) -> tuple[float, dict[str, float]]:
         """An unusable measurement (not finite, or <= 0): the controller does not see it, the actuator holds the
@@ -447,8 +434,14 @@ class EntropyController:
                            "the actuator holds its last value; %d such steps in a row stop the run "
                            "(verl_ext.entropy_control.max_bad_steps)", CONTROL_ENTROPY, entropy, step,
                            self.config.max_bad_steps)  # fmt: skip
-        value = self.actuator.init if self.held is None else self.held
         self.last_held = True
+        return self._apply_without_controller(step, target, entropy,
+                                              self.actuator.init if self.held is None else self.held)
+
+    def _apply_without_controller(self, step: int, target: float, entropy: float,
+                                  value: float) -> tuple[float, dict[str, float]]:
+        """A step the controller does not run on (the anchoring step, a held bad measurement): the actuator applies
+        ``value``, the step is counted as done, and the metrics say so (not saturated, the integral unchanged)."""
         self.controller.state.step = int(step)
         self.last_step = int(step)
         self.held = value
