@@ -3,7 +3,9 @@
 Every run is a ``SCALE=cpu MODEL=smollm2 bash recipe/gsm8k_grpo_vanilla.sh trainer.total_training_steps=40
 verl_ext.entropy_control.enable=true verl_ext.entropy_control.target=0.3`` GSM8K GRPO launch on
 SmolLM2-135M-Instruct (seeds 1 and 2 add :data:`benchmarks.real_model_runs.SEED1` / ``SEED2``): the controller's
-defaults, nothing else set. The ``entropy_coef`` rows are the current defaults in fp32 (CPU mode's default) on a 2-core
+defaults, nothing else set. Two more take one more key each: ``actuator=clip_high`` (the PPO upper clip bound, from
+GRPO's 0.2 up to 1.0) and a relative target on a schedule (``target_unit=initial target=1.0 schedule=linear
+target_end=0.5``: from the entropy of step 1 down to half of it over the 40 steps, on the coefficient). The ``entropy_coef`` rows are the current defaults in fp32 (CPU mode's default) on a 2-core
 Intel Xeon; the ``cov_ratio`` rows (``actuator=cov_ratio`` on ``gsm8k_grpo_clip_cov.sh``) were measured in bf16 on a
 2-core AMD EPYC with ``avx512_bf16``, by the controller before its first move was bounded. Each run's verl file log is
 kept as ``benchmarks/results/results_real_model_auto_*.jsonl``. Per run, over steps 21-40, by the definitions of
@@ -13,6 +15,7 @@ kept as ``benchmarks/results/results_real_model_auto_*.jsonl``. Per run, over st
 * ``block gap``: the mean over 5-step blocks of ``|geomean_block(H / H*) - 1|``;
 * ``on a bound``: the share of steps with the actuator on a bound of its range (``entropy_control/saturated``);
 * ``per-step gap``: ``mean |H - H*| / H*``, beside its noise floor at the noise the run's own entropies show;
+* ``log gap``: ``mean |log H - log H*|`` (a factor above and the same factor below count alike);
 * the controller's own estimates at step 40 (measurement noise in log H, gain, drift) and the actuator's range over
   the second half; for Clip-Cov's ratio, the share of those steps whose selection took fewer tokens than the ratio
   asked (``entropy_control/limited``: Clip-Cov's covariance bounds admitted fewer candidates).
@@ -37,7 +40,8 @@ from typing import Any
 
 import numpy as np
 
-from verl_ext.analysis.control import bias, block_gap, gap_noise_floor, log_noise_sigma, logged_targets, relative_gap
+from verl_ext.analysis.control import (bias, block_gap, gap_noise_floor, log_gap, log_noise_sigma, logged_targets,
+                                       relative_gap)
 from verl_ext.contract import CONTROL_ACTUATOR_KEYS, CONTROL_LIMITED, CONTROL_METRIC_PREFIX, CONTROL_SATURATED
 from verl_ext.demo.runs import read_steps
 
@@ -51,6 +55,10 @@ BOUNDS = {"bias": 0.15, "block_gap": 0.35, "on_bound": 0.30}
 """What the controller must meet on the entropy coefficient, median over seeds, steps 21-40."""
 
 
+RELATIVE_LINEAR = "linear 1.0 -> 0.5 x H_1"
+"""The relative run's target: ``target_unit=initial target=1.0 schedule=linear target_end=0.5`` (steps 1-40)."""
+
+
 @dataclass(frozen=True)
 class AutoRun:
     actuator: str
@@ -60,6 +68,8 @@ class AutoRun:
     """verl's file log, under benchmarks/results/."""
     precision: str = "fp32"
     """The run's compute precision (``verl_ext.cpu_precision``)."""
+    target: str = "0.3"
+    """The target the run held, as the tables give it: nats, or a schedule relative to the entropy of step 1."""
 
 
 RUNS = (
@@ -89,8 +99,9 @@ def figures(run: AutoRun, root: Path = RESULTS) -> dict[str, Any]:
     target = logged_targets(rows, range(STEPS // 2 + 1, STEPS + 1), TARGET)  # each step's own target
     sigma = log_noise_sigma(entropy)
     out: dict[str, Any] = {
-        "actuator": run.actuator, "precision": run.precision, "seed": run.seed, "log": run.log,
+        "actuator": run.actuator, "precision": run.precision, "target": run.target, "seed": run.seed, "log": run.log,
         "bias": bias(half, target), "block_gap": block_gap(half, target), "per_step_gap": relative_gap(half, target),
+        "log_gap": log_gap(half, target),
         "noise_sigma": sigma, "noise_floor": gap_noise_floor(sigma),
         "entropy_geomean": float(np.exp(np.log(half).mean())), "entropy_mean": float(half.mean()),
     }  # fmt: skip
@@ -110,30 +121,31 @@ def figures(run: AutoRun, root: Path = RESULTS) -> dict[str, Any]:
 
 
 def per_run(results: list[dict[str, Any]]) -> str:
-    lines = ["| actuator | precision | seed | bias | gap on 5-step blocks | on a bound | per-step gap (noise floor) | geomean H | "
-             "actuator, steps 21-40 | noise / gain / drift at step 40 |",
-             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |"]  # fmt: skip
+    lines = ["| actuator | precision | target | seed | bias | gap on 5-step blocks | on a bound | per-step gap (noise floor) | "
+             "log gap | geomean H | actuator, steps 21-40 | noise / gain / drift at step 40 |",
+             "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]  # fmt: skip
     for r in results:
-        cells = [r["actuator"], r["precision"], r["seed"], f"{r['bias']:.2f}", f"{r['block_gap']:.2f}", "-",
-                 f"{r['per_step_gap']:.2f} ({r['noise_floor']:.2f})", f"{r['entropy_geomean']:.3f}", "-", "-"]  # fmt: skip
+        cells = [r["actuator"], r["precision"], r["target"], r["seed"], f"{r['bias']:.2f}", f"{r['block_gap']:.2f}", "-",
+                 f"{r['per_step_gap']:.2f} ({r['noise_floor']:.2f})", f"{r['log_gap']:.2f}",
+                 f"{r['entropy_geomean']:.3f}", "-", "-"]  # fmt: skip
         if "on_bound" in r:  # a controlled run
             limited = f" (candidate-limited {r['limited']:.0%})" if "limited" in r else ""
-            cells[5] = f"{r['on_bound']:.0%}"
-            cells[8] = f"{r['value_min']:.3g} .. {r['value_max']:.3g}{limited}"
-            cells[9] = f"{r['est_noise']:.2f} / {r['est_gain']:.3g} / {r['est_drift']:+.3f}"
+            cells[6] = f"{r['on_bound']:.0%}"
+            cells[10] = f"{r['value_min']:.3g} .. {r['value_max']:.3g}{limited}"
+            cells[11] = f"{r['est_noise']:.2f} / {r['est_gain']:.3g} / {r['est_drift']:+.3f}"
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def medians(results: list[dict[str, Any]]) -> str:
-    """Per actuator and precision, the median over its seeds, and whether it meets :data:`BOUNDS`; the uncontrolled
+    """Per actuator, precision and target, the median over its seeds, and whether it meets :data:`BOUNDS`; the uncontrolled
     references (vanilla) likewise, without the actuator's figures."""
-    lines = ["| actuator | precision | seeds | bias | gap on 5-step blocks | on a bound | per-step gap (noise floor) | "
-             "geomean H (range) | meets bias <= 0.15, block gap <= 0.35, on a bound <= 30 % |",
-             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
-    for actuator, precision in dict.fromkeys((r["actuator"], r["precision"]) for r in results):
-        rs = [r for r in results if (r["actuator"], r["precision"]) == (actuator, precision)]
-        keys = ("bias", "block_gap", "per_step_gap", "noise_floor") + (("on_bound",) if "on_bound" in rs[0] else ())
+    lines = ["| actuator | precision | target | seeds | bias | gap on 5-step blocks | on a bound | per-step gap (noise floor) | "
+             "log gap | geomean H (range) | meets bias <= 0.15, block gap <= 0.35, on a bound <= 30 % |",
+             "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
+    for actuator, precision, target in dict.fromkeys((r["actuator"], r["precision"], r["target"]) for r in results):
+        rs = [r for r in results if (r["actuator"], r["precision"], r["target"]) == (actuator, precision, target)]
+        keys = ("bias", "block_gap", "per_step_gap", "noise_floor", "log_gap") + (("on_bound",) if "on_bound" in rs[0] else ())
         m = {k: statistics.median(r[k] for r in rs) for k in keys}
         geo = [r["entropy_geomean"] for r in rs]
         if "on_bound" in m:
@@ -141,8 +153,8 @@ def medians(results: list[dict[str, Any]]) -> str:
             on_bound, meets = f"{m['on_bound']:.0%}", "yes" if not misses else "no: " + ", ".join(misses)
         else:
             on_bound, meets = "-", "- (uncontrolled)"
-        lines.append(f"| {actuator} | {precision} | {len(rs)} | {m['bias']:.2f} | {m['block_gap']:.2f} | {on_bound} | "
-                     f"{m['per_step_gap']:.2f} ({m['noise_floor']:.2f}) | {statistics.median(geo):.3f} "
+        lines.append(f"| {actuator} | {precision} | {target} | {len(rs)} | {m['bias']:.2f} | {m['block_gap']:.2f} | "
+                     f"{on_bound} | {m['per_step_gap']:.2f} ({m['noise_floor']:.2f}) | {m['log_gap']:.2f} | {statistics.median(geo):.3f} "
                      f"({min(geo):.3f}-{max(geo):.3f}) | {meets} |")  # fmt: skip
     return "\n".join(lines)
 

@@ -39,10 +39,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from verl_ext.analysis.control import bias, block_gap, logged_targets, relative_gap
-from verl_ext.demo.runs import CONTROL_RUNS, MODELS, log_path, read_steps
+from verl_ext.analysis.control import bias, block_gap, log_gap, logged_targets, relative_gap
+from verl_ext.demo.runs import CONTROL_RUNS, MODELS, log_path, own_target, read_steps
 
-VARIANTS = ("vanilla", "clip_cov", "autopilot", "skywork", "pi_coef", "entropic", "high_entropy", "entropy_adv")
+VARIANTS = ("vanilla", "clip_cov", "autopilot", "skywork", "pi_coef", "entropic", "high_entropy", "entropy_adv", "clip_high",
+            "relative_linear")
 
 
 def demo(seed: int, target: float, steps: int, work: Path, legacy: bool, variants: tuple[str, ...],
@@ -78,7 +79,8 @@ def result(out: Path, variant: str, seed: int, target: float) -> dict[str, Any]:
         "variant": variant, "seed": seed,
         "tracking_error": relative_gap(entropy[half:], targets),
         "target_second_half": targets.tolist(),
-        "overshoot": overshoot(entropy, target),
+        # past a constant target only: a run with its own (moving) target has no single level to overshoot
+        "overshoot": None if variant in CONTROL_RUNS and own_target(variant) else overshoot(entropy, target),
         "entropy_last": statistics.fmean(entropy[-5:]),
         "reward_last": statistics.fmean(r["critic/score/mean"] for r in rows[-5:]),
         "step_time": statistics.fmean(r["timing_s/step"] for r in rows[1:]),
@@ -90,11 +92,28 @@ def result(out: Path, variant: str, seed: int, target: float) -> dict[str, Any]:
     return record
 
 
+def target_text(variant: str, target: float) -> str:
+    """The target a variant held: ``--target``'s nats, or a run's own (``relative_linear``: ``1.0 -> 0.5 x H_1``)."""
+    if variant not in CONTROL_RUNS:
+        return str(target)
+    if not own_target(variant):
+        return str(target)
+    keys = dict(kv.split("=", 1) for kv in CONTROL_RUNS[variant][1])
+    end = f" -> {keys['target_end']}" if keys.get("schedule", "constant") != "constant" else ""
+    unit = " x H_1" if keys.get("target_unit") == "initial" else ""
+    return f"{keys.get('schedule', 'constant')} {keys['target']}{end}{unit}"
+
+
 def summary(results: list[dict[str, Any]], target: float) -> str:
-    """One row per variant: means over the seeds (and the spread of the gap)."""
-    lines = [f"| run | bias to H*={target} (2nd half) | gap on 5-step blocks | per-step gap (2nd half) | overshoot | "
-             "entropy last 5 | reward last 5 | step time (s) | on a bound (2nd half) |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    """One row per variant: means over the seeds (and the spread of the gap). Every tracking figure compares each
+    step's entropy with that step's target as the run logged it (uncontrolled runs: ``target``)."""
+    # a run with its own, moving target (a schedule, a relative target) adds its target and the log gap, the figure a
+    # moving target's tracking is given in
+    moving = any(r["variant"] in CONTROL_RUNS and own_target(r["variant"]) for r in results)
+    head = ["run", "H*", "bias to H* (2nd half)"] if moving else ["run", f"bias to H*={target} (2nd half)"]
+    head += ["gap on 5-step blocks", "per-step gap (2nd half)", *(["mean \\|log H - log H*\\| (2nd half)"] if moving else []),
+             "overshoot", "entropy last 5", "reward last 5", "step time (s)", "on a bound (2nd half)"]  # fmt: skip
+    lines = ["| " + " | ".join(head) + " |", "| --- |" + (" --- |" if moving else "") + " ---: |" * (len(head) - 1 - moving)]
     for variant in dict.fromkeys(r["variant"] for r in results):
         rs = [r for r in results if r["variant"] == variant]
         mean = lambda key: statistics.fmean(r[key] for r in rs)  # noqa: E731
@@ -103,11 +122,15 @@ def summary(results: list[dict[str, Any]], target: float) -> str:
         targets = [r.get("target_second_half", target) for r in rs]  # each step's logged target; older files: --target
         biases = [bias(h, t) for h, t in zip(halves, targets)]
         blocks = [block_gap(h, t) for h, t in zip(halves, targets)]
-        bound = f"{mean('saturated_share'):.0%}" if "saturated_share" in rs[0] else "-"
-        lines.append(f"| {variant} | {statistics.fmean(biases):.1%} ({min(biases):.1%}-{max(biases):.1%}) | "
-                     f"{statistics.fmean(blocks):.1%} | {mean('tracking_error'):.1%} ({min(gaps):.1%}-{max(gaps):.1%}) | "
-                     f"{mean('overshoot'):.1%} | {mean('entropy_last'):.2f} | {mean('reward_last'):.3f} | "
-                     f"{mean('step_time'):.2f} | {bound} |")  # fmt: skip
+        shoots = [r["overshoot"] for r in rs if r["overshoot"] is not None]
+        cells = [variant, *([target_text(variant, target)] if moving else []),
+                 f"{statistics.fmean(biases):.1%} ({min(biases):.1%}-{max(biases):.1%})", f"{statistics.fmean(blocks):.1%}",
+                 f"{mean('tracking_error'):.1%} ({min(gaps):.1%}-{max(gaps):.1%})",
+                 *([f"{statistics.fmean(log_gap(h, t) for h, t in zip(halves, targets)):.3f}"] if moving else []),
+                 f"{statistics.fmean(shoots):.1%}" if shoots else "-", f"{mean('entropy_last'):.2f}",
+                 f"{mean('reward_last'):.3f}", f"{mean('step_time'):.2f}",
+                 f"{mean('saturated_share'):.0%}" if "saturated_share" in rs[0] else "-"]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

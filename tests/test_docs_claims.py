@@ -133,7 +133,7 @@ def test_the_readmes_controller_figures_are_the_results_pages():
     results = (DOCS / "results.md").read_text()
     row = next(line for line in readme.splitlines() if line.startswith("| `auto` at 0.3 nats, median of 3 seeds"))
     for actuator, label in (("entropy_coef", "coefficient (fp32)"), ("cov_ratio", "Clip-Cov's ratio (bf16)")):
-        median = re.search(rf"^\| {actuator} \| \w+ \| 3 \| ([\d.]+) \| ([\d.]+) \| (\d+)% \|", results, flags=re.M)
+        median = re.search(rf"^\| {actuator} \| \w+ \| 0\.3 \| 3 \| ([\d.]+) \| ([\d.]+) \| (\d+)% \|", results, flags=re.M)
         assert median, actuator
         assert f"{label} {median[1]} / {median[2]} / {median[3]} %" in row, (median.groups(), row)
     row = next(line for line in readme.splitlines() if line.startswith("| `auto` on the toy"))
@@ -202,7 +202,7 @@ def test_the_readmes_entropy_control_row_is_the_default_controllers_runs():
 
     from benchmarks import auto_control_runs as acr
 
-    runs = [acr.figures(r) for r in acr.RUNS if (r.actuator, r.precision) == ("entropy_coef", "fp32")]
+    runs = [acr.figures(r) for r in acr.RUNS if (r.actuator, r.precision, r.target) == ("entropy_coef", "fp32", "0.3")]
     assert len(runs) == 3
     means = [r["entropy_mean"] for r in runs]
     readme = (ROOT / "README.md").read_text()

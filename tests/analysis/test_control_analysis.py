@@ -75,6 +75,17 @@ def test_relative_gap_is_the_mean_absolute_relative_distance_to_the_target():
         relative_gap([], 0.3)
 
 
+def test_log_gap_is_the_mean_absolute_log_distance_to_each_steps_target():
+    from verl_ext.analysis.control import log_gap
+
+    # by hand: |log(0.15 / 0.3)| = |log(0.6 / 0.3)| = log 2 (a factor below counts as the same factor above)
+    assert log_gap([0.15, 0.6], 0.3) == pytest.approx(math.log(2.0), rel=1e-12)
+    # one target per step (a schedule): |log(1 / 2)| = log 2, |log(1.5 / 1.5)| = 0, |log(3 / 1)| = log 3
+    assert log_gap([1.0, 1.5, 3.0], [2.0, 1.5, 1.0]) == pytest.approx((math.log(2.0) + math.log(3.0)) / 3, rel=1e-12)
+    with pytest.raises(ValueError, match="must be > 0"):
+        log_gap([0.0, 1.0], 1.0)
+
+
 def test_bias_is_the_geometric_mean_ratio_to_the_target():
     from verl_ext.analysis.control import bias
 

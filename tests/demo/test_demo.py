@@ -106,6 +106,19 @@ def test_each_run_is_the_recipe_with_its_loss_and_the_shared_settings(tmp_path, 
                                          "verl_ext.entropy_control.actuator=entropy_coef"} <= set(cmd)  # fmt: skip
     cmd, env = run_command("entropic", settings, tmp_path, build_assets=False)
     assert env["LOSS"] == "vanilla" and "verl_ext.entropy_control.actuator=pos_weight" in cmd
+    cmd, env = run_command("clip_high", settings, tmp_path, build_assets=False)
+    control = [c for c in cmd if c.startswith("verl_ext.entropy_control.")]
+    assert env["LOSS"] == "vanilla" and control == ["verl_ext.entropy_control.enable=true",
+                                                    "verl_ext.entropy_control.target=2.5",
+                                                    "verl_ext.entropy_control.actuator=clip_high"]  # fmt: skip
+    # a relative run sets its own target (one target key, not --entropy-target's nats) and needs no --entropy-target
+    for given in (settings, DemoSettings()):
+        cmd, env = run_command("relative_linear", given, tmp_path, build_assets=False)
+        control = [c for c in cmd if c.startswith("verl_ext.entropy_control.")]
+        assert env["LOSS"] == "vanilla" and control == [
+            "verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.target_unit=initial",
+            "verl_ext.entropy_control.target=1.0", "verl_ext.entropy_control.schedule=linear",
+            "verl_ext.entropy_control.target_end=0.5"]  # fmt: skip
 
 
 def test_a_run_composes_with_the_sizes_it_was_given(tmp_path):

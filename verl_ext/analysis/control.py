@@ -10,6 +10,8 @@
   has a floor set by the measurement noise (:func:`gap_noise_floor`, from the noise :func:`log_noise_sigma` estimates):
   even an entropy held exactly on target shows it, and it rewards undershooting (``|H - H*| / H*`` is at most 1 below
   the target, unbounded above).
+* :func:`log_gap` - ``mean |log H_t - log H*_t|``: the per-step distance in log space, symmetric above and below the
+  target (``relative_gap`` is not), the figure a schedule's tracking is reported in.
 * :func:`tracking` - the figures above for a run that logged the autopilot, over the second half of the run.
 * :func:`logged_targets` - each step's target as the run logged it (``entropy_control/target``), for summaries that
   read verl's file log: a scheduled or relative target moves, and every figure above compares each step's entropy with
@@ -62,6 +64,8 @@ class Tracking:
     """The measurement noise in log H that :func:`log_noise_sigma` estimates from the whole run."""
     noise_floor: float = math.nan
     """:func:`gap_noise_floor` at ``noise_sigma``: the per-step gap of an entropy held exactly on target."""
+    log_gap: float = math.nan
+    """:func:`log_gap`."""
 
 
 def _log_ratio(entropy: Sequence[float] | np.ndarray, target: float | Sequence[float] | np.ndarray,
@@ -151,6 +155,13 @@ def relative_gap(entropy: Sequence[float] | np.ndarray, target: float | Sequence
     return float((np.abs(h - t) / t).mean())
 
 
+def log_gap(entropy: Sequence[float] | np.ndarray, target: float | Sequence[float] | np.ndarray) -> float:
+    """``mean_t |log H_t - log H*_t|`` over the steps given (a constant target or one per step): the per-step distance
+    in log space. Unlike :func:`relative_gap` it weighs a factor above and the same factor below alike (0.15 and 0.6
+    around 0.3 both give ``log 2``); unlike :func:`bias` the noise does not average out of it."""
+    return float(np.abs(_log_ratio(entropy, target, "log_gap")).mean())
+
+
 def logged_targets(rows: Mapping[int, Mapping[str, object]], steps: Sequence[int], default: float) -> np.ndarray:
     """``H*_t`` for each of ``steps`` from a run's rows of metrics by step (verl's file log): the logged
     ``entropy_control/target`` when the run logged the autopilot (any row has it), else ``default`` for every step (an
@@ -192,7 +203,8 @@ def tracking(run: Run) -> Tracking | None:
     return Tracking(counted, relative_gap(h, t), float(ratio[-1]), float(saturated.mean()),
                     bias=bias(h, t) if positive else math.nan,
                     block_gap=block_gap(h, t) if positive and counted >= BLOCK_STEPS else math.nan,
-                    noise_sigma=sigma, noise_floor=gap_noise_floor(sigma) if math.isfinite(sigma) else math.nan)  # fmt: skip
+                    noise_sigma=sigma, noise_floor=gap_noise_floor(sigma) if math.isfinite(sigma) else math.nan,
+                    log_gap=log_gap(h, t) if positive else math.nan)  # fmt: skip
 
 
 def format_tracking(label: str, record: Tracking) -> str:
@@ -201,7 +213,7 @@ def format_tracking(label: str, record: Tracking) -> str:
     return (f"{label}: entropy control over the last {record.steps} steps: bias |geomean(H / H*) - 1| = "
             f"{record.bias:.1%}, gap on {BLOCK_STEPS}-step blocks = {record.block_gap:.1%}, per step mean |H - H*| / H* = "
             f"{record.mean_abs_rel_error:.1%} (noise floor {record.noise_floor:.1%} at the run's noise sigma "
-            f"{record.noise_sigma:.3g} in log H), final actuator value {record.final_ratio:.4g}, on a bound in "
+            f"{record.noise_sigma:.3g} in log H), per step mean |log H - log H*| = {record.log_gap:.3f}, final actuator value {record.final_ratio:.4g}, on a bound in "
             f"{record.saturated_share:.0%} of the steps")  # fmt: skip
 
 

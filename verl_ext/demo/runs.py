@@ -39,12 +39,22 @@ CONTROL_RUNS: dict[str, tuple[str, tuple[str, ...]]] = {
                              "coef_init=0.005")),
     "skywork": ("vanilla", ("controller=skywork", "actuator=entropy_coef")),
     "entropic": ("vanilla", ("controller=entropic", "actuator=pos_weight")),
+    "clip_high": ("vanilla", ("actuator=clip_high",)),
+    "relative_linear": ("vanilla", ("target_unit=initial", "target=1.0", "schedule=linear", "target_end=0.5")),
 }
 """Runs that hold ``--entropy-target`` with the entropy control: run name -> (loss, ``verl_ext.entropy_control`` keys
 beside ``enable`` and ``target``). Every other key keeps its default: ``autopilot`` is the default controller
 (``auto``, self-tuning) on Clip-Cov's ratio; the papers' values for the others (Skywork-OR1's coefficient from 0,
 +- 0.0001 in [0, 0.005] (their or1_scripts/train/*.sh), EntroPIC's gains 1 / 0.01); ``pi_coef`` is verl_ext's PI law
-with the gains 10 / 2 and its zero-error coefficient 0.005 (pi works in log space: the default 0 is Skywork's start)."""
+with the gains 10 / 2 and its zero-error coefficient 0.005 (pi works in log space: the default 0 is Skywork's start);
+``clip_high`` is the default controller on the PPO upper clip bound (rest value the actor's 0.2, range [0.2, 1.0]);
+``relative_linear`` is the default controller on the entropy coefficient with its own target, relative to the entropy
+of step 1 (AER's anchor): from 1.0x down to 0.5x of it, linearly over the run (``--entropy-target`` does not apply)."""
+
+
+def own_target(run: str) -> bool:
+    """Whether a control run sets its own target (a relative one) rather than ``--entropy-target``'s nats."""
+    return any(key.startswith("target=") for key in CONTROL_RUNS[run][1])
 
 RUN_NAMES = (*LOSSES, *CONTROL_RUNS)
 
@@ -149,11 +159,12 @@ def run_command(run: str, settings: DemoSettings, out: Path, build_assets: bool)
     overrides = [*settings_overrides(settings, out, run, build_assets), "trainer.val_before_train=False"]
     loss = run
     if run in CONTROL_RUNS:
-        if settings.entropy_target is None:
-            raise ValueError(f"the {run!r} run needs --entropy-target")
         loss, keys = CONTROL_RUNS[run]
-        overrides += ["verl_ext.entropy_control.enable=true", f"verl_ext.entropy_control.target={settings.entropy_target}",
-                      *(f"verl_ext.entropy_control.{kv}" for kv in keys)]  # fmt: skip
+        if not own_target(run):
+            if settings.entropy_target is None:
+                raise ValueError(f"the {run!r} run needs --entropy-target")
+            keys = (f"target={settings.entropy_target}", *keys)
+        overrides += ["verl_ext.entropy_control.enable=true", *(f"verl_ext.entropy_control.{kv}" for kv in keys)]
     # a run's own VERL_* / RAY_* settings come from the recipe; the user's switches are kept, and so are the other
     # launch variables the user set (LOGGERS, GPUS_PER_NODE, ...)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RAY_")) or k in USER_SWITCHES}
@@ -200,5 +211,5 @@ def train_all(runs: Sequence[str], settings: DemoSettings, out: Path, log: IO[st
     return history
 
 
-__all__ = ["AUTOPILOT_BOUNDS", "AUTOPILOT_RUN", "CONTROL_RUNS", "CPU_MODELS", "DemoSettings", "LOSSES", "MODELS", "RUN_NAMES", "TASKS", "STEP_LINE", "log_path",
+__all__ = ["AUTOPILOT_BOUNDS", "AUTOPILOT_RUN", "CONTROL_RUNS", "CPU_MODELS", "DemoSettings", "LOSSES", "MODELS", "RUN_NAMES", "TASKS", "STEP_LINE", "log_path", "own_target",
            "read_steps", "recipe_script", "run_command", "settings_overrides", "train", "train_all"]  # fmt: skip
