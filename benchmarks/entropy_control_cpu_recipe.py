@@ -24,6 +24,10 @@ of second-half steps on a bound.
 
     python benchmarks/entropy_control_cpu_recipe.py --target 2.9 --steps 16 --seeds 0 1 2 --json results.json
     python benchmarks/entropy_control_cpu_recipe.py --summarise results.json      # the table again, from the file
+    python benchmarks/entropy_control_cpu_recipe.py --variants clip_high ... -- actor_rollout_ref.actor.ppo_mini_batch_size=2
+
+Arguments after ``--`` are Hydra overrides for every run (the demo's own). A seed whose runs already logged every step
+in ``--work`` is read, not run again.
 
 About 3 minutes per run (16 steps) on 2 cores; 24 runs for 3 seeds.
 """
@@ -47,13 +51,18 @@ VARIANTS = ("vanilla", "clip_cov", "autopilot", "skywork", "pi_coef", "entropic"
 
 
 def demo(seed: int, target: float, steps: int, work: Path, legacy: bool, variants: tuple[str, ...],
-         model: str = "tiny") -> Path:
-    """One demo (every variant) for ``seed``; returns its output directory."""
+         model: str = "tiny", overrides: tuple[str, ...] = ()) -> Path:
+    """One demo (every variant) for ``seed``, with Hydra ``overrides`` for every run; returns its output directory. A
+    seed whose runs all logged ``steps`` steps in ``work`` already (a benchmark cut short, run again) is not run again."""
     out = work / f"seed{seed}"
+    done = [log_path(out, v) for v in variants]
+    if all(p.is_file() and read_steps(p) and read_steps(p)[-1]["step"] == steps for p in done):
+        return out
+    extra = ["trainer.use_v1=false"] if legacy else []
     cmd = [sys.executable, "-m", "verl_ext.demo", "--model", model, "--losses", ",".join(variants), "--entropy-target",
            str(target), "--steps", str(steps), "--seed", str(seed), "--out", str(out), "--no-progress"]
-    if legacy:
-        cmd += ["--", "trainer.use_v1=false"]
+    if extra or overrides:
+        cmd += ["--", *extra, *overrides]
     subprocess.run(cmd, check=True)
     return out
 
@@ -147,7 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=None)
     parser.add_argument("--summarise", type=Path, default=None, metavar="JSON",
                         help="print the table of an earlier run's --json file and exit")
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    overrides = argv[argv.index("--") + 1:] if "--" in argv else []  # Hydra overrides for every run
+    args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     if args.summarise:
         recorded = json.loads(args.summarise.read_text())
         print(summary(recorded["runs"], recorded["target"]))
@@ -160,11 +171,12 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     results = []
     for seed in args.seeds:
-        out = demo(seed, args.target, args.steps, work, args.legacy, variants, args.model)
+        out = demo(seed, args.target, args.steps, work, args.legacy, variants, args.model, tuple(overrides))
         for variant in variants:
             results.append(result(out, variant, seed, args.target))
             r = results[-1]
-            print(f"seed {seed} {variant}: gap {r['tracking_error']:.1%}, overshoot {r['overshoot']:.1%}, entropy "
+            shoot = "-" if r["overshoot"] is None else f"{r['overshoot']:.1%}"
+            print(f"seed {seed} {variant}: gap {r['tracking_error']:.1%}, overshoot {shoot}, entropy "
                   f"{r['entropy_last']:.2f}, reward {r['reward_last']:.3f}, step {r['step_time']:.2f} s", flush=True)  # fmt: skip
         if args.json:  # after each seed, so that a cut-short run keeps what it measured
             from verl_ext.cpu.machine import machine_info
@@ -172,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
             args.json.write_text(json.dumps({"machine": machine_info(), "model": args.model, "target": args.target, "steps": args.steps,
                                              "trainer": "legacy" if args.legacy else "v1", "seeds_done": sorted({r["seed"] for r in results}),
                                              "command": f"python -m verl_ext.demo --model {args.model} --losses {','.join(variants)} --entropy-target "
-                                             f"{args.target} --steps {args.steps} --seed S", "runs": results}, indent=2))  # fmt: skip
+                                             f"{args.target} --steps {args.steps} --seed S" + (" -- " + " ".join(overrides) if overrides else ""),
+                                             "runs": results}, indent=2))  # fmt: skip
     print(summary(results, args.target))
     return 0
 

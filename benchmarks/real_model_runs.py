@@ -79,6 +79,7 @@ class RealRun:
 # The configurations' names as the docs' tables give them; the two sized for the real model's regime are long.
 SKYWORK_REGIME = "Skywork-OR1 x entropy coefficient (delta 5e-3, max 0.1: sized for this regime)"
 ENTROPIC_REGIME = "EntroPIC x pos_weight (Kp 1, Ki 0.1: sized for this regime)"
+BAPO = "BAPO (bounds 0.8-0.95 / 1.2-2.0, share 0.5)"
 RUNS = (
     RealRun("vanilla GRPO", "0", "results_real_model_vanilla_40.jsonl", "vanilla GRPO, step 40"),
     RealRun("vanilla GRPO", "1", "results_real_model_vanilla_40_seed1.jsonl", "vanilla GRPO, second seed, step 40"),
@@ -145,6 +146,7 @@ RUNS = (
             "EntroPIC (Ki 0.1), third seed, step 40"),
     RealRun("EntroPIC x entropy coefficient (their gains, coefficient max 0.1)", "0",
             "results_real_model_entropic_coef_40.jsonl", "EntroPIC on the entropy coefficient, step 40"),
+    RealRun(BAPO, "0", "results_real_model_bapo_40.jsonl", "BAPO, step 40"),
 )  # fmt: skip
 
 

@@ -37,3 +37,24 @@ def test_a_moving_target_adds_its_schedule_and_the_log_gap_against_each_steps_ta
     assert table[2].split(" | ")[1] == "2.6" and float(table[2].split(" | ")[5]) == 0.0
     classic = summary([plain], 2.6).splitlines()
     assert classic[0].startswith("| run | bias to H*=2.6 (2nd half) | gap on 5-step blocks | per-step gap")
+
+
+def test_overrides_reach_every_run_and_a_finished_seed_is_read_not_run_again(tmp_path, monkeypatch):
+    """``-- KEY=VALUE`` goes to the demo after its own flags; a seed whose runs all logged every step is not run again,
+    one with a run cut short is."""
+    import json
+
+    from benchmarks import entropy_control_cpu_recipe as bench
+
+    calls = []
+    monkeypatch.setattr(bench.subprocess, "run", lambda cmd, check: calls.append(cmd))
+    out = bench.demo(0, 2.6, 3, tmp_path, False, ("clip_high",), overrides=("actor_rollout_ref.actor.ppo_mini_batch_size=2",))
+    assert calls[-1][-2:] == ["--", "actor_rollout_ref.actor.ppo_mini_batch_size=2"]
+    log = out / "runs" / "clip_high.jsonl"
+    log.parent.mkdir(parents=True)
+    log.write_text("".join(json.dumps({"step": s, "data": {}}) + "\n" for s in (1, 2)))
+    bench.demo(0, 2.6, 3, tmp_path, False, ("clip_high",))
+    assert len(calls) == 2  # cut short at step 2 of 3: run again
+    log.write_text(log.read_text() + json.dumps({"step": 3, "data": {}}) + "\n")
+    bench.demo(0, 2.6, 3, tmp_path, False, ("clip_high",))
+    assert len(calls) == 2  # every step logged: read, not run
