@@ -191,6 +191,8 @@ def test_the_readmes_method_table_is_the_results_files():
         assert f"| {losses[key]:.2f}x" in rows[loss], (loss, losses[key], rows[loss])
     assert f"`gppo_erc` {losses['gppo_erc']:.2f}x" in rows["grpo_erc"]
     assert f"| {losses['bapo step scope (bounds given)']:.2f}x (+ one no-grad forward" in rows["bapo"], rows["bapo"]
+    clip = re.search(r"^\| auto x clip_high [^|]+ \| seed 0 \|(.*)$", table, flags=re.M)
+    assert clip and f"on `clip_high` {clip[1].split(' | ')[2].strip()}, seed 0 only" in section, clip
     bapo = re.search(r"^\| BAPO [^|]+ \| seed 0 \|(.*)$", table, flags=re.M)  # one seed: figures without ranges
     assert bapo and f"| {bapo[1].split(' | ')[2].strip()}, seed 0 only |" in rows["bapo"], (bapo, rows["bapo"])
     for loss in ("high_entropy", "entropy_adv"):  # not in bench_losses: no figure invented
