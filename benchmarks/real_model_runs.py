@@ -147,6 +147,10 @@ RUNS = (
     RealRun("EntroPIC x entropy coefficient (their gains, coefficient max 0.1)", "0",
             "results_real_model_entropic_coef_40.jsonl", "EntroPIC on the entropy coefficient, step 40"),
     RealRun(BAPO, "0", "results_real_model_bapo_40.jsonl", "BAPO, step 40"),
+    RealRun("auto x entropy coefficient (the defaults, target 0.3)", "0", "results_real_model_auto_default_40.jsonl",
+            "auto on the entropy coefficient, step 40"),
+    RealRun("auto x entropy coefficient (1.0x to 0.5x of H_1, linear)", "0", "results_real_model_auto_relative_linear_40.jsonl",
+            "auto, relative linear target, step 40"),
     RealRun("auto x clip_high (target 0.3)", "0", "results_real_model_auto_clip_high_40.jsonl", "auto on clip_high, step 40"),
 )  # fmt: skip
 

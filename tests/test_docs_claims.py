@@ -193,6 +193,12 @@ def test_the_readmes_method_table_is_the_results_files():
     assert f"| {losses['bapo step scope (bounds given)']:.2f}x (+ one no-grad forward" in rows["bapo"], rows["bapo"]
     clip = re.search(r"^\| auto x clip_high [^|]+ \| seed 0 \|(.*)$", table, flags=re.M)
     assert clip and f"on `clip_high` {clip[1].split(' | ')[2].strip()}, seed 0 only" in section, clip
+    relative = re.search(r"^\| auto x entropy coefficient \(1\.0x to 0\.5x [^|]+ \| seed 0 \|(.*)$", table, flags=re.M)
+    row = next(line for line in section.splitlines() if line.startswith("| a target that follows the policy |"))
+    assert relative and f"| {relative[1].split(' | ')[2].strip()}, seed 0 only; its avg@32 the lowest measured" in row
+    avg = {name: float(re.findall(r"[\d.]+", cells.split(" | ")[6])[0])  # every configuration's mean avg@32
+           for name, cells in re.findall(r"^\| (.+?) \| seeds? [^|]+ \|(.*)$", table, flags=re.M)}  # fmt: skip
+    assert min(avg, key=avg.get).startswith("auto x entropy coefficient (1.0x"), avg
     bapo = re.search(r"^\| BAPO [^|]+ \| seed 0 \|(.*)$", table, flags=re.M)  # one seed: figures without ranges
     assert bapo and f"| {bapo[1].split(' | ')[2].strip()}, seed 0 only |" in rows["bapo"], (bapo, rows["bapo"])
     for loss in ("high_entropy", "entropy_adv"):  # not in bench_losses: no figure invented
