@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_ext.analysis.control import bias, block_gap, log_gap, logged_targets, relative_gap
+from verl_ext.demo.cli import split_overrides
 from verl_ext.demo.runs import CONTROL_RUNS, MODELS, log_path, own_target, read_steps
 
 VARIANTS = ("vanilla", "clip_cov", "autopilot", "skywork", "pi_coef", "entropic", "high_entropy", "entropy_adv", "clip_high",
@@ -55,8 +56,11 @@ def demo(seed: int, target: float, steps: int, work: Path, legacy: bool, variant
     """One demo (every variant) for ``seed``, with Hydra ``overrides`` for every run; returns its output directory. A
     seed whose runs all logged ``steps`` steps in ``work`` already (a benchmark cut short, run again) is not run again."""
     out = work / f"seed{seed}"
-    done = [log_path(out, v) for v in variants]
-    if all(p.is_file() and read_steps(p) and read_steps(p)[-1]["step"] == steps for p in done):
+    def finished(path: Path) -> bool:
+        rows = read_steps(path) if path.is_file() else []
+        return bool(rows) and rows[-1]["step"] == steps
+
+    if all(finished(log_path(out, v)) for v in variants):
         return out
     extra = ["trainer.use_v1=false"] if legacy else []
     cmd = [sys.executable, "-m", "verl_ext.demo", "--model", model, "--losses", ",".join(variants), "--entropy-target",
@@ -89,7 +93,7 @@ def result(out: Path, variant: str, seed: int, target: float) -> dict[str, Any]:
         "tracking_error": relative_gap(entropy[half:], targets),
         "target_second_half": targets.tolist(),
         # past a constant target only: a run with its own (moving) target has no single level to overshoot
-        "overshoot": None if variant in CONTROL_RUNS and own_target(variant) else overshoot(entropy, target),
+        "overshoot": None if own_target(variant) else overshoot(entropy, target),
         "entropy_last": statistics.fmean(entropy[-5:]),
         "reward_last": statistics.fmean(r["critic/score/mean"] for r in rows[-5:]),
         "step_time": statistics.fmean(r["timing_s/step"] for r in rows[1:]),
@@ -103,8 +107,6 @@ def result(out: Path, variant: str, seed: int, target: float) -> dict[str, Any]:
 
 def target_text(variant: str, target: float) -> str:
     """The target a variant held: ``--target``'s nats, or a run's own (``relative_linear``: ``1.0 -> 0.5 x H_1``)."""
-    if variant not in CONTROL_RUNS:
-        return str(target)
     if not own_target(variant):
         return str(target)
     keys = dict(kv.split("=", 1) for kv in CONTROL_RUNS[variant][1])
@@ -118,7 +120,7 @@ def summary(results: list[dict[str, Any]], target: float) -> str:
     step's entropy with that step's target as the run logged it (uncontrolled runs: ``target``)."""
     # a run with its own, moving target (a schedule, a relative target) adds its target and the log gap, the figure a
     # moving target's tracking is given in
-    moving = any(r["variant"] in CONTROL_RUNS and own_target(r["variant"]) for r in results)
+    moving = any(own_target(r["variant"]) for r in results)
     head = ["run", "H*", "bias to H* (2nd half)"] if moving else ["run", f"bias to H*={target} (2nd half)"]
     head += ["gap on 5-step blocks", "per-step gap (2nd half)", *(["mean \\|log H - log H*\\| (2nd half)"] if moving else []),
              "overshoot", "entropy last 5", "reward last 5", "step time (s)", "on a bound (2nd half)"]  # fmt: skip
@@ -156,9 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=None)
     parser.add_argument("--summarise", type=Path, default=None, metavar="JSON",
                         help="print the table of an earlier run's --json file and exit")
-    argv = list(sys.argv[1:] if argv is None else argv)
-    overrides = argv[argv.index("--") + 1:] if "--" in argv else []  # Hydra overrides for every run
-    args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    argv, overrides = split_overrides(sys.argv[1:] if argv is None else argv)  # overrides: for every run
+    args = parser.parse_args(argv)
     if args.summarise:
         recorded = json.loads(args.summarise.read_text())
         print(summary(recorded["runs"], recorded["target"]))

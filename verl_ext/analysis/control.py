@@ -213,7 +213,8 @@ def format_tracking(label: str, record: Tracking) -> str:
     return (f"{label}: entropy control over the last {record.steps} steps: bias |geomean(H / H*) - 1| = "
             f"{record.bias:.1%}, gap on {BLOCK_STEPS}-step blocks = {record.block_gap:.1%}, per step mean |H - H*| / H* = "
             f"{record.mean_abs_rel_error:.1%} (noise floor {record.noise_floor:.1%} at the run's noise sigma "
-            f"{record.noise_sigma:.3g} in log H), per step mean |log H - log H*| = {record.log_gap:.3f}, final actuator value {record.final_ratio:.4g}, on a bound in "
+            f"{record.noise_sigma:.3g} in log H), per step mean |log H - log H*| = {record.log_gap:.3f}, final actuator "
+            f"value {record.final_ratio:.4g}, on a bound in "
             f"{record.saturated_share:.0%} of the steps")  # fmt: skip
 
 

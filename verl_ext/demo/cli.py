@@ -31,6 +31,15 @@ from verl_ext.demo.runs import (AUTOPILOT_RUN, CONTROL_RUNS, MODELS, RUN_NAMES, 
 DEFAULT_RUNS = ("vanilla", "clip_cov")
 
 
+def split_overrides(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``argv`` -> (the arguments before ``--``, the Hydra overrides after it)."""
+    argv = list(argv)
+    if "--" not in argv:
+        return argv, []
+    cut = argv.index("--")
+    return argv[:cut], argv[cut + 1:]
+
+
 def parse_runs(text: str) -> list[str]:
     """``a,b,c`` -> names, each one of :data:`RUN_NAMES`; ``argparse`` error otherwise."""
     names = [n.strip() for n in text.split(",") if n.strip()]
@@ -79,9 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from verl_ext.analysis import cli as analyze
     from verl_ext.analysis.run_reader import read_runs
 
-    argv = list(sys.argv[1:] if argv is None else argv)
-    overrides = argv[argv.index("--") + 1:] if "--" in argv else []
-    argv = argv[: argv.index("--")] if "--" in argv else argv
+    argv, overrides = split_overrides(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -135,4 +142,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["build_parser", "main", "parse_runs"]
+__all__ = ["build_parser", "main", "parse_runs", "split_overrides"]

@@ -53,8 +53,9 @@ of step 1 (AER's anchor): from 1.0x down to 0.5x of it, linearly over the run (`
 
 
 def own_target(run: str) -> bool:
-    """Whether a control run sets its own target (a relative one) rather than ``--entropy-target``'s nats."""
-    return any(key.startswith("target=") for key in CONTROL_RUNS[run][1])
+    """Whether ``run`` is a control run that sets its own target (a relative one) rather than ``--entropy-target``'s
+    nats; ``False`` for a run without entropy control."""
+    return run in CONTROL_RUNS and any(key.startswith("target=") for key in CONTROL_RUNS[run][1])
 
 RUN_NAMES = (*LOSSES, *CONTROL_RUNS)
 
