@@ -16,18 +16,17 @@ test module can import the float64 oracles, ``_oracles``.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import importlib.util
 import os
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _machine_lock import machine_share  # noqa: E402  (tests/ is on sys.path only from the line above)
 
 FAST_TIER = Path(__file__).resolve().parent / "_fast_tier"
 """The fast tier's guard (``sitecustomize.py``), put first on ``PYTHONPATH`` of every non-e2e test."""
@@ -60,8 +59,8 @@ E2E_WORKERS = 2
 start-up waits on processes and servers); two at once keep ~1.9 busy and finish in 0.70x the time of one after the
 other (the toy recipe, 3 steps, 2-core Intel Xeon: ``python -m benchmarks.concurrent_launches``)."""
 
-E2E_MIN_MEMORY_GIB = 16
-"""Below this much memory the e2e tier runs its launches one at a time (a toy launch holds ~5 GB)."""
+E2E_MIN_MEMORY_GIB = 20
+"""Below this much memory the e2e tier runs its launches one at a time (two toy launches at once hold ~13 GB)."""
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
@@ -78,24 +77,6 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return max(1, min(MAX_WORKERS, psutil.cpu_count(logical=False) or 1))
 
 
-@contextlib.contextmanager
-def _machine_share(run_id: str, alone: bool) -> Iterator[None]:
-    """Hold the e2e run's machine lock, shared or (``alone``) exclusive, across pytest-xdist workers. A waiting
-    exclusive holder keeps the gate, so no new shared holder starts meanwhile (flock alone lets shared holders
-    starve an exclusive one)."""
-    base = Path(tempfile.gettempdir()) / f"verl_ext_e2e_{run_id}"
-    with open(f"{base}.gate", "a") as gate, open(f"{base}.lock", "a") as lock:
-        fcntl.flock(gate, fcntl.LOCK_EX)
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
-        finally:
-            fcntl.flock(gate, fcntl.LOCK_UN)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """Under pytest-xdist, an e2e test runs (set-up of its module's fixtures and tear-down included) while holding
@@ -104,7 +85,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if run_id is None or item.get_closest_marker("e2e") is None:
         yield
         return
-    with _machine_share(run_id, alone=item.get_closest_marker("machine_alone") is not None):
+    with machine_share(run_id, alone=item.get_closest_marker("machine_alone") is not None):
         yield
 
 

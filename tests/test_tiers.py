@@ -69,14 +69,14 @@ def test_machine_lock_shares_launches_and_gives_a_machine_alone_test_the_machine
     import threading
     import time
 
-    import conftest
+    import _machine_lock
 
     monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
     events: list[str] = []
     free = {name: threading.Event() for name in "abxc"}
 
     def enter(name: str, alone: bool):
-        return _enter_in_thread(conftest._machine_share, "run1", alone, events, name, free[name])
+        return _enter_in_thread(_machine_lock.machine_share, "run1", alone, events, name, free[name])
 
     def settle() -> None:
         time.sleep(0.3)
