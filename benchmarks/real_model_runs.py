@@ -149,8 +149,16 @@ RUNS = (
     RealRun(BAPO, "0", "results_real_model_bapo_40.jsonl", "BAPO, step 40"),
     RealRun("auto x entropy coefficient (the defaults, target 0.3)", "0", "results_real_model_auto_default_40.jsonl",
             "auto on the entropy coefficient, step 40"),
+    RealRun("auto x entropy coefficient (the defaults, target 0.3)", "1", "results_real_model_auto_default_40_seed1.jsonl",
+            "auto on the entropy coefficient, second seed, step 40"),
+    RealRun("auto x entropy coefficient (the defaults, target 0.3)", "2", "results_real_model_auto_default_40_seed2.jsonl",
+            "auto on the entropy coefficient, third seed, step 40"),
     RealRun("auto x entropy coefficient (1.0x to 0.5x of H_1, linear)", "0", "results_real_model_auto_relative_linear_40.jsonl",
             "auto, relative linear target, step 40"),
+    RealRun("auto x entropy coefficient (1.0x to 0.5x of H_1, linear)", "1",
+            "results_real_model_auto_relative_linear_40_seed1.jsonl", "auto, relative linear target, second seed, step 40"),
+    RealRun("auto x entropy coefficient (1.0x to 0.5x of H_1, linear)", "2",
+            "results_real_model_auto_relative_linear_40_seed2.jsonl", "auto, relative linear target, third seed, step 40"),
     RealRun("auto x clip_high (target 0.3)", "0", "results_real_model_auto_clip_high_40.jsonl", "auto on clip_high, step 40"),
 )  # fmt: skip
 
