@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -29,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+
+from verl_ext.cpu.machine import cpu_model
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -76,13 +77,6 @@ def timed(works: list[Path], steps: int, logs: Path) -> dict[str, float]:
             "peak_memory_gib": round((peak[0] - base) / 2**30, 2)}  # fmt: skip
 
 
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
-
-
 def measure(rounds: int, steps: int, root: Path) -> dict[str, Any]:
     first, second = root / "a", root / "b"
     first.mkdir()
@@ -95,7 +89,7 @@ def measure(rounds: int, steps: int, root: Path) -> dict[str, Any]:
         pair = timed([first, second], steps, root)
         results.append({"round": index, "alone": alone, "pair": pair})
         print(json.dumps(results[-1]), flush=True)
-    return {"machine": f"{cpu_name()}, {psutil.cpu_count(logical=False)} cores, "
+    return {"machine": f"{cpu_model()}, {psutil.cpu_count(logical=False)} cores, "
                        f"{psutil.virtual_memory().total / 2**30:.0f} GiB", "steps": steps, "rounds": results}  # fmt: skip
 
 
