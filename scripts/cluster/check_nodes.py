@@ -2,7 +2,9 @@
 """Check that every node of a Ray cluster can run verl_ext: one Ray task pinned to each alive node
 imports verl (which loads its ``verl.plugins`` entry points), checks that verl's loss registry
 resolves every verl_ext loss to verl_ext's implementation
-(``verl_ext.registration.ensure_registered``), and reports the versions it sees.
+(``verl_ext.registration.ensure_registered``), and reports the versions it sees, flash-attn's included. On a node
+with a GPU, flash-attn missing or failing to import is a problem, with its fix, unless ``--attention sdpa`` says the
+run uses PyTorch's SDPA instead (the recipes' default is ``flash_attention_2``).
 
 Usage (on the head node, or any machine that can reach the cluster)::
 
@@ -29,7 +31,13 @@ from collections.abc import Sequence
 from typing import Any
 
 #: Distributions whose versions every node reports (``None`` when not installed).
-REPORTED_DISTRIBUTIONS = ("verl_ext", "verl", "torch", "vllm", "ray", "transformers")
+REPORTED_DISTRIBUTIONS = ("verl_ext", "verl", "torch", "vllm", "ray", "transformers", "flash_attn")
+
+#: The attention implementations a run can use (``actor_rollout_ref.model.override_config.attn_implementation``).
+ATTENTION_CHOICES = ("flash_attention_2", "sdpa")
+
+#: The override that trains without flash-attn (docs/gpu_quickstart.md, step 2).
+SDPA_OVERRIDE = "+actor_rollout_ref.model.override_config.attn_implementation=sdpa"
 
 
 def probe() -> dict[str, Any]:
@@ -47,6 +55,12 @@ def probe() -> dict[str, Any]:
             report["versions"][dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             report["versions"][dist] = None
+    report["flash_attn_error"] = None
+    if report["versions"]["flash_attn"] is not None:
+        try:
+            import flash_attn  # noqa: F401 - its CUDA extension fails to load when built for another torch or CUDA
+        except Exception as exc:  # noqa: BLE001 - reported, not raised
+            report["flash_attn_error"] = f"{type(exc).__name__}: {exc}"
     plugins = [ep.value for ep in metadata.entry_points(group="verl.plugins") if ep.name == "verl_ext"]
     report["entry_point"] = plugins[0] if plugins else None
     if not plugins:
@@ -88,6 +102,32 @@ def check_reports(
     versions = {json.dumps(rep.get("versions"), sort_keys=True) for rep in reports if rep.get("versions")}
     if len(versions) > 1:
         problems.append("nodes disagree on package versions (see the table); install the same versions everywhere")
+    return problems
+
+
+def attention_problems(reports: Sequence[dict[str, Any]], attn_implementation: str) -> list[str]:
+    """Nodes with a GPU that cannot run ``attn_implementation``: with ``flash_attention_2`` (the recipes' default),
+    flash-attn missing or failing to import, each with the fix. SDPA needs nothing; a node without a GPU trains in CPU
+    mode, which uses SDPA."""
+    if attn_implementation not in ATTENTION_CHOICES:
+        raise ValueError(f"attn_implementation {attn_implementation!r} is invalid: allowed "
+                         f"{', '.join(ATTENTION_CHOICES)}")  # fmt: skip
+    if attn_implementation == "sdpa":
+        return []
+    problems = []
+    fix = (f"install a flash-attn built for this node's torch and CUDA on every node, or train with SDPA: pass "
+           f"{SDPA_OVERRIDE} last on the command line and check with --attention sdpa (docs/gpu_quickstart.md)")
+    for rep in reports:
+        if not rep.get("gpus"):
+            continue
+        where = f"{rep.get('hostname')} ({rep.get('node_ip')})"
+        version = rep.get("versions", {}).get("flash_attn")
+        if version is None:
+            problems.append(f"{where}: flash-attn is not installed, and the recipes use attn_implementation="
+                            f"flash_attention_2: {fix}")  # fmt: skip
+        elif rep.get("flash_attn_error"):
+            problems.append(f"{where}: flash-attn {version} is installed but does not import "
+                            f"({rep['flash_attn_error']}): it was built for another torch or CUDA; {fix}")  # fmt: skip
     return problems
 
 
@@ -154,6 +194,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     where.add_argument("--local", action="store_true", help="start a throw-away single-node Ray instead")
     parser.add_argument("--expect-nodes", type=int, default=None, help="fail unless exactly this many nodes are alive")
     parser.add_argument("--require-gpu", action="store_true", help="fail on nodes where torch sees no GPU")
+    parser.add_argument("--attention", default="flash_attention_2", choices=ATTENTION_CHOICES,
+                        help="the attention the run will use: flash_attention_2 (default, the recipes') fails on GPU "
+                        "nodes without a working flash-attn; sdpa (with the SDPA override) needs none")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for all nodes (300)")
     parser.add_argument("--json", default=None, help="also write the reports to this JSON file")
     parser.add_argument("--token-file", default=None,
@@ -194,6 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     print(format_table(reports))
     problems = missing + check_reports(reports, args.expect_nodes, args.require_gpu)
+    problems += attention_problems(reports, args.attention)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump({"reports": reports, "problems": problems}, handle, indent=2)
