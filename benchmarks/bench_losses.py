@@ -194,29 +194,57 @@ def bench_engine(args: argparse.Namespace) -> list[dict]:
                             cases=cases)  # fmt: skip
 
 
-def table(rows: list[dict]) -> str:
-    """The rows as a markdown table (the one the script prints and docs/results.md quotes)."""
-    lines = ["| loss | fwd+bwd ms | x vanilla | peak MB | x vanilla | syncs |",
-             "| --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+PER_STEP_PASS = {
+    "clip_cov batch scope": "clip_cov",
+    "kl_cov batch scope": "kl_cov",
+    "bapo step scope (bounds given)": "bapo statistics + search",
+}
+"""Rows whose loss needs work outside the timed call, once per step, and that work's key in the results'
+``batch_selection_ms``: the batch-scope selection (once per training step) and BAPO's statistics and bound search
+(once per optimiser step, after a no-grad forward that is not timed here). The other rows have no such pass."""
+
+
+def table(rows: list[dict], passes: dict[str, float] | None = None) -> str:
+    """The rows as a markdown table (the one the script prints and docs/results_performance.md quotes). With
+    ``passes`` (the per-step times by :data:`PER_STEP_PASS` key) two columns add each row's per-step pass: its time
+    and the call plus the pass as a ratio to vanilla's call (the first row); a row of :data:`PER_STEP_PASS` whose pass
+    is missing is a KeyError naming it."""
+    if passes is None:
+        lines = ["| loss | fwd+bwd ms | x vanilla | peak MB | x vanilla | syncs |",
+                 "| --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    else:
+        if rows[0]["loss"] != "vanilla (verl)":
+            raise ValueError(f"the first row is {rows[0]['loss']!r}: the ratios need verl's vanilla first")
+        lines = ["| loss | fwd+bwd ms | x vanilla, call only | per-step pass ms | x vanilla, call + pass | peak MB | "
+                 "x vanilla | syncs |",
+                 "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
     for r in rows:
         syncs = "-" if r["syncs"] is None else str(r["syncs"])
-        lines.append(f"| {r['loss']} | {r['time_ms']:.2f} | {r['time_ratio']:.2f} | {r['peak_mb']:.1f} | "
+        step = ""
+        if passes is not None:
+            key = PER_STEP_PASS.get(r["loss"])
+            extra = passes[key] if key is not None else 0.0
+            shown = f"{extra:.2f}" if key is not None else "none"
+            step = f"{shown} | {(r['time_ms'] + extra) / rows[0]['time_ms']:.2f} | "
+        lines.append(f"| {r['loss']} | {r['time_ms']:.2f} | {r['time_ratio']:.2f} | {step}{r['peak_mb']:.1f} | "
                      f"{r['mem_ratio']:.2f} | {syncs} |")  # fmt: skip
     return "\n".join(lines)
 
 
-def print_table(rows: list[dict], title: str) -> None:
+def print_table(rows: list[dict], title: str, passes: dict[str, float] | None = None) -> None:
     print(f"\n{title}\n")
-    print(table(rows))
+    print(table(rows, passes))
 
 
 def selection_line(selection: dict[str, float]) -> str:
-    selection = dict(selection)
-    search = selection.pop("bapo statistics + search", None)  # BAPO's step scope, after its no-grad pass
-    lines = [] if not selection else [("batch-scope selection, once per training step on the driver: "
-                                       + ", ".join(f"{k} {v:.2f} ms" for k, v in selection.items()))]  # fmt: skip
-    if search is not None:
-        lines.append(f"bapo step scope, once per optimiser step after its no-grad pass: statistics + search {search:.2f} ms")
+    """Where and how often each timed per-step pass runs (its time is in the table's pass column)."""
+    lines = []
+    if any(key in selection for key in ("clip_cov", "kl_cov")):
+        lines.append("per-step pass of clip_cov / kl_cov batch scope: the selection over the whole training batch, "
+                     "once per training step (timed here on this device; in training it runs on the driver's CPU)")
+    if "bapo statistics + search" in selection:
+        lines.append("per-step pass of bapo step scope: statistics + bound search, once per optimiser step, after a "
+                     "no-grad forward not timed here")
     return "\n".join(lines)
 
 
@@ -224,8 +252,9 @@ def summarise(result: dict) -> str:
     """The tables of a results file written by ``--json``, as the run printed them (a missing key is a KeyError
     naming it)."""
     batch, seq = result["tokens"]
-    parts = [f"policy losses, {batch} x {seq} tokens on {result['device']}\n", table(result["losses"]), "",
-             selection_line(result["batch_selection_ms"])]  # fmt: skip
+    passes = result["batch_selection_ms"]
+    parts = [f"policy losses, {batch} x {seq} tokens on {result['device']}\n", table(result["losses"], passes), "",
+             selection_line(passes)]  # fmt: skip
     if "engine" in result:  # written only with --engine
         parts += ["", "one update through verl's FSDP2 engine (tiny Qwen2, CPU/gloo)\n", table(result["engine"])]
     return "\n".join(parts)
@@ -264,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     rows, selection = bench_losses(args, device)
     result["losses"], result["batch_selection_ms"] = rows, selection
     print(f"machine: {result['machine']}")
-    print_table(rows, f"policy losses, {args.batch} x {args.seq} tokens on {device} (median of {args.repeats})")
+    print_table(rows, f"policy losses, {args.batch} x {args.seq} tokens on {device} (median of {args.repeats})",
+                selection)
     print(selection_line(selection))
     if args.engine:
         engine_rows = bench_engine(args)

@@ -66,12 +66,12 @@ DIARY = ("as they came out", "the next day", "since then", "so far", "not run ye
 
 
 def test_every_page_is_short_and_the_site_reads_in_an_evening():
-    """No page over 300 lines; the whole site (``wc -w docs/*.md``) at most 25,000 words."""
+    """No page over 300 lines; the whole site (``wc -w docs/*.md``) at most 28,000 words."""
     pages = sorted((ROOT / "docs").glob("*.md"))
     long = {p.name: n for p in pages if (n := len(p.read_text().splitlines())) > 300}
     assert not long, f"pages over 300 lines: {long}"
     words = sum(len(p.read_text().split()) for p in pages)
-    assert words <= 25_000, f"docs/*.md hold {words} words (at most 25,000)"
+    assert words <= 28_000, f"docs/*.md hold {words} words (at most 28,000)"
 
 
 def test_no_page_reads_as_a_diary():
