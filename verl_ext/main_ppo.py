@@ -16,9 +16,11 @@ verl's own ``run_ppo`` with verl_ext's TaskRunner:
 * ``trainer.use_v1=false``: :class:`verl_ext.trainer.legacy.VerlExtTaskRunner`, verl's legacy
   ``RayPPOTrainer`` as :class:`verl_ext.trainer.legacy.VerlExtRayPPOTrainer`.
 
-While verl trains, a watchdog (:mod:`verl_ext.driver.watchdog`) polls Ray's actor table: an actor of the run that dies
-unexpectedly (killed, out of memory, crashed) stops the run within seconds, with exit status 1 and a line naming
-the actor, the last completed step and the latest checkpoint, instead of a trainer waiting for ever.
+While verl trains, a watchdog (:mod:`verl_ext.driver.watchdog`) polls this job's actors in Ray's actor table and each
+vLLM server's ``/health``: an actor of the run that dies unexpectedly (killed, out of memory, crashed, its node lost) or
+an engine vLLM reports dead stops the run within seconds, with exit status 1, the trainer's own exception (if it
+raised one) and a line naming the actor, its node, the last completed step and the latest checkpoint, instead of a
+trainer waiting for ever. ``verl_ext.watchdog.*`` sets it; ``verl_ext.watchdog.enable=false`` turns it off.
 
 ``verl_ext.dry_run=true`` stops after validation: it prints a summary and exits 0, or exits 2 naming the
 bad key, without starting Ray.
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
@@ -49,7 +52,7 @@ from verl_ext.cpu import openmp as cpu_openmp
 from verl_ext.cpu import precision as cpu_precision
 from verl_ext.cpu import precision_probe
 from verl_ext.cpu.workarounds import keep_local_ray_on_loopback, private_ray_token_file
-from verl_ext.driver.watchdog import Watchdog
+from verl_ext.driver.watchdog import Watchdog, watchdog_config
 from verl_ext.checks import recipe_startup, resolvers
 from verl_ext.checks.dry_run import dry_run, error_line, validate
 from verl_ext.registration import ensure_registered
@@ -156,22 +159,38 @@ def run(config: DictConfig) -> int:
     if cpu_mode.active() and not ray_cluster_address(config):
         keep_local_ray_on_loopback()  # the local Ray (and vLLM's servers) listen on 127.0.0.1 only
         private_ray_token_file()  # and its token (Ray turns token auth on) is readable by this user only
-    watchdog = Watchdog(run_log=OmegaConf.select(config, "ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"),
-                        ckpt_dir=OmegaConf.select(config, "trainer.default_local_dir"))  # fmt: skip
-    watchdog.start()
+    watchdog = start_watchdog(config)
     try:
         run_ppo(config, task_runner_class=task_runner_class(config))
-    except BaseException:  # the watchdog ended the TaskRunner: verl's wait on it raises (RayActorError)
-        if watchdog.report is None:
+    except BaseException as exc:  # the watchdog ended the TaskRunner: verl's wait on it raises (RayActorError)
+        if watchdog is None or watchdog.report is None:
             raise
         import ray
 
         ray.shutdown()
+        print("verl_ext: the trainer stopped with this exception:\n"
+              f"{''.join(traceback.format_exception(exc)).rstrip()}", file=sys.stderr)  # fmt: skip
         print(f"verl_ext: stopped: {watchdog.report}", file=sys.stderr)
         return 1
     finally:
-        watchdog.stop()
+        if watchdog is not None:
+            watchdog.stop()
     return 0
+
+
+def start_watchdog(config: DictConfig) -> Watchdog | None:
+    """The started watchdog of the run, built from ``verl_ext.watchdog.*``; ``None`` (and a line saying so) with
+    ``verl_ext.watchdog.enable=false``."""
+    settings = watchdog_config(config)
+    if not settings.enable:
+        print("verl_ext: the watchdog is off (verl_ext.watchdog.enable=false): a dead worker can leave the trainer "
+              "waiting for ever", file=sys.stderr)  # fmt: skip
+        return None
+    watchdog = Watchdog(run_log=OmegaConf.select(config, "ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"),
+                        ckpt_dir=OmegaConf.select(config, "trainer.default_local_dir"), poll_s=settings.poll_s,
+                        health_failures=settings.health_failures, health_timeout_s=settings.health_timeout_s)  # fmt: skip
+    watchdog.start()
+    return watchdog
 
 
 @hydra.main(config_path=CONFIG_PATH, config_name=CONFIG_NAME, version_base=None)

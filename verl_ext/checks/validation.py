@@ -385,6 +385,9 @@ def check_verl_ext(config: DictConfig, actor: Any | None = None) -> dict[str, An
     trainer = check_trainer(config)
     platform = check_platform(config)
     features = check_driver_features(config)
+    from verl_ext.driver.watchdog import watchdog_config
+
+    watchdog_config(config)  # verl_ext.watchdog.*: WatchdogConfig's checks
     actor_node = _select(config, ACTOR)
     return {
         "loss_mode": mode,

@@ -1,42 +1,59 @@
 """A Ray actor of the run that dies unexpectedly stops the run, naming it, instead of leaving the trainer waiting.
 
 verl's trainer waits on its workers with ``ray.get`` and, during the weight sync, on the rollout's own channel. When a
-worker is killed there (Ray's memory monitor, the kernel's OOM killer, a segfault), nothing raises: verl's V1 trainer
-was seen waiting in ``update_weights`` for ever after Ray's memory monitor killed a vLLM worker. The watchdog polls
-Ray's actor table (the GCS's own; no dashboard needed) every :data:`POLL_S` seconds from the entry point's process.
-The first actor of this job found dead by anything but an intended end (``ray.kill``, its own exit, its handle going
-out of scope) is reported - its class, name, pid, node and Ray's reason - with the last step the run's file log
-completed and the latest checkpoint. A vLLM engine can also die inside a live Ray actor (the engine process killed or
-crashed: verl's ``vLLMHttpServer`` actor stays, and the weight sync waits on the dead engine for ever), so the
-watchdog also asks each rollout server's HTTP ``/health`` (vLLM's own endpoint, at the address verl's server reports
-once its HTTP server is up): :data:`HEALTH_FAILURES` answers in a row that say the engine is dead (an HTTP error
-status or a refused connection; a slow answer is not one) are reported as that server's death. The watchdog then ends the run's TaskRunner actor (Ray's own kill, by its
-actor id: the entry point's ``ray.get`` on it returns at once, which a signal does not make it do), and ``python -m
-verl_ext.main_ppo`` shuts Ray down and exits 1. If the entry point has not stopped within :data:`EXIT_GRACE_S`, Ray
-is shut down from the watchdog's thread (for at most :data:`SHUTDOWN_S`) and the process exits 1.
+worker is killed there (Ray's memory monitor, the kernel's OOM killer, a segfault, its node lost), nothing raises:
+verl's V1 trainer was seen waiting in ``update_weights`` for ever after Ray's memory monitor killed a vLLM worker.
+The watchdog reads this job's entries of Ray's actor table (the GCS's own; no dashboard needed) every ``poll_s``
+seconds from the entry point's process. The first actor of this job found dead by anything but an intended end
+(``ray.kill``, its own exit, its handle going out of scope) is reported - its class, name, pid, node and Ray's reason,
+``NODE_DIED`` with the node's own reason for an actor lost with its node - with the last step the run's file log
+completed and the latest checkpoint.
+
+A vLLM engine can also die inside a live Ray actor (the engine process killed or crashed: verl's ``vLLMHttpServer``
+actor stays, and the weight sync waits on the dead engine for ever), so the watchdog also asks each rollout server's
+HTTP ``/health`` (vLLM's own endpoint, at the address verl's server reports once its HTTP server is up), all servers at
+once, each for at most ``health_timeout_s``. vLLM answers 503 for a dead engine (``EngineDeadError``); 503, or a
+connection refused by the server's own address, is a failed check, and ``health_failures`` failed checks in a row are
+that server's death. Anything else - a timeout, a reset, another status - is no answer, never a death. The request
+goes straight to the server, never through a proxy of the environment (``http_proxy``: clusters set one, with a
+``no_proxy`` in CIDR form that Python's ``urllib`` ignores, and a proxy's refusal is not the engine's).
+
+A table it cannot read (or a server that does not answer) for :data:`BLIND_S` seconds is said once, as a warning
+that the watchdog is blind, and again when it can read it.
+
+On a death the watchdog ends the run's TaskRunner actor (Ray's own kill, by its actor id: the entry point's ``ray.get``
+on it returns at once, which a signal does not make it do), and ``python -m verl_ext.main_ppo`` shuts Ray down and
+exits 1. If the entry point has not stopped within :data:`EXIT_GRACE_S` - or anything on the way to stopping fails -
+Ray is shut down from the watchdog's thread (for at most :data:`SHUTDOWN_S`) and the process exits 1.
 
 A checkpoint is whole once verl has recorded it in ``latest_checkpointed_iteration.txt`` (it writes that file after
 the checkpoint's folder), so stopping mid-step leaves the latest recorded checkpoint intact and ``trainer.resume_mode=
-auto`` resumes from it.
+auto`` resumes from it. The keys are ``verl_ext.watchdog.*`` (:class:`WatchdogConfig`).
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
+
+from verl_ext.config import PrefixedConfig
 
 POLL_S = 5.0
-"""Seconds between two reads of Ray's actor table."""
+"""Seconds between two reads of Ray's actor table (default of ``verl_ext.watchdog.poll_s``)."""
 EXIT_GRACE_S = 60.0
 """Seconds the entry point has to stop after the TaskRunner is ended before the process exits by itself."""
 SHUTDOWN_S = 20.0
 """Seconds the watchdog's own ``ray.shutdown`` may take before the process exits without it."""
+BLIND_S = 60.0
+"""Seconds a read keeps failing (or a server keeps not answering) before the watchdog says it is blind."""
 TASK_RUNNER_PREFIX = "VerlExtTaskRunner"
 """verl_ext's TaskRunner actor classes (:mod:`verl_ext.trainer`): the actor whose end returns the entry point's wait."""
 INTENDED_REASONS = ("RAY_KILL", "OUT_OF_SCOPE", "REF_DELETED", "OWNER_DIED")
@@ -45,11 +62,55 @@ actors), and one that ended with its owner (the owner's own death is what is rep
 SERVER_CLASSES = ("vLLMHttpServer",)
 """verl's rollout server actors whose engine's ``/health`` is asked (``verl/workers/rollout/vllm_rollout``)."""
 HEALTH_FAILURES = 2
-"""Answers in a row (:data:`POLL_S` apart) that say an engine is dead before it is reported."""
+"""Failed checks in a row (``poll_s`` apart) that make an engine dead (default of ``verl_ext.watchdog``'s key)."""
 HEALTH_TIMEOUT_S = 10.0
-"""Seconds a ``/health`` request (and the server's address) may take; longer is a busy engine, not a dead one."""
+"""Seconds a ``/health`` request may take; longer is a busy engine, not a dead one (default of the key)."""
+DEAD_ENGINE_STATUS = 503
+"""What vLLM's ``/health`` answers for a dead engine (``vllm/entrypoints/serve/instrumentator/health.py``: 503 on
+``EngineDeadError``, 200 otherwise)."""
 CHECKPOINT_TRACKER = "latest_checkpointed_iteration.txt"
 """verl's record of the latest complete checkpoint, in ``trainer.default_local_dir``."""
+
+
+@dataclass
+class WatchdogConfig(PrefixedConfig):
+    """The ``verl_ext.watchdog`` keys (``configs/verl_ext_base.yaml``)."""
+
+    KEY_PREFIX: ClassVar[str] = "verl_ext.watchdog."
+
+    enable: bool = True
+    """Run the watchdog; false: no watchdog (a dead worker can leave the run waiting for ever)."""
+
+    poll_s: float = POLL_S
+    """Seconds between two reads of Ray's actor table and two rounds of ``/health`` checks (> 0)."""
+
+    health_failures: int = HEALTH_FAILURES
+    """Failed ``/health`` checks in a row (503, or the connection refused) that make an engine dead (>= 1)."""
+
+    health_timeout_s: float = HEALTH_TIMEOUT_S
+    """Seconds one ``/health`` check may take; a slower answer is no answer, not a failure (> 0)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.enable, bool):
+            raise WatchdogConfig.error("enable", f"{self.enable!r} is invalid: allowed true or false")
+        for key in ("poll_s", "health_timeout_s"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+                raise WatchdogConfig.error(key, f"{value!r} is invalid: allowed a number of seconds > 0")
+            setattr(self, key, float(value))
+        value = self.health_failures
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise WatchdogConfig.error("health_failures", f"{value!r} is invalid: allowed an integer >= 1")
+
+
+def watchdog_config(config: Any) -> WatchdogConfig:
+    """The run's :class:`WatchdogConfig` from its ``verl_ext.watchdog`` node (absent: the defaults); a bad value is a
+    ``ConfigError`` naming the key and the allowed values."""
+    from omegaconf import DictConfig, OmegaConf
+
+    node = OmegaConf.select(config, "verl_ext.watchdog") if isinstance(config, DictConfig) else None
+    values = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
+    return WatchdogConfig.from_mapping(values or {})
 
 
 @dataclass(frozen=True)
@@ -65,6 +126,7 @@ class Death:
     detail: str
 
     def describe(self) -> str:
+        """One line: the actor, its node and Ray's reason."""
         named = f" '{self.name}'" if self.name else ""
         return (f"Ray actor {self.class_name}{named} (id {self.actor_id[:12]}, pid {self.pid}, node {self.node}) "
                 f"died: {self.reason}: {self.detail}")  # fmt: skip
@@ -72,7 +134,7 @@ class Death:
 
 def death_of(entry: dict[str, Any]) -> Death | None:
     """The :class:`Death` an entry of Ray's actor table records, or ``None`` for an actor alive or ended on
-    purpose."""
+    purpose. An actor lost with its node (``NODE_DIED``) is always a death: its reason names the node's own."""
     if entry.get("State") != "DEAD":
         return None
     cause = entry.get("DeathCause")
@@ -81,17 +143,26 @@ def death_of(entry: dict[str, Any]) -> Death | None:
     detail = " ".join(str(getattr(context, "error_message", "") or "").split())
     reason = kind or "unknown cause"
     if kind == "actor_died_error_context":
-        enum = context.DESCRIPTOR.fields_by_name["reason"].enum_type
-        reason = enum.values_by_number[context.reason].name if context.reason in enum.values_by_number else "UNKNOWN"
-        if reason in INTENDED_REASONS or "INTENDED" in detail:  # INTENDED_USER_EXIT / INTENDED_SYSTEM_EXIT
+        reason = _enum_name(context, "reason")
+        if reason == "NODE_DIED":
+            if context.HasField("node_death_info"):
+                reason = f"NODE_DIED ({_enum_name(context.node_death_info, 'reason')})"
+        elif reason in INTENDED_REASONS or "INTENDED" in detail:  # INTENDED_USER_EXIT / INTENDED_SYSTEM_EXIT
             return None
     elif kind == "oom_context":
         reason = "OUT_OF_MEMORY (Ray's memory monitor)"
-    address = entry.get("Address") or {}
+    address = entry.get("Address")
+    node = address.get("IPAddress") if isinstance(address, dict) else None
+    node = node or getattr(context, "node_ip_address", "") or "?"
     return Death(actor_id=str(entry.get("ActorID", "?")), class_name=str(entry.get("ActorClassName", "?")),
-                 name=str(entry.get("Name") or ""), pid=str(entry.get("Pid", "?")),
-                 node=str(address.get("IPAddress", "?") if isinstance(address, dict) else "?"), reason=reason,
+                 name=str(entry.get("Name") or ""), pid=str(entry.get("Pid", "?")), node=str(node), reason=reason,
                  detail=detail[:400] or "no detail")  # fmt: skip
+
+
+def _enum_name(message: Any, field: str) -> str:
+    enum = message.DESCRIPTOR.fields_by_name[field].enum_type
+    value = getattr(message, field)
+    return enum.values_by_number[value].name if value in enum.values_by_number else "UNKNOWN"
 
 
 def last_step(run_log: str | None) -> int | None:
@@ -119,6 +190,12 @@ def latest_checkpoint(ckpt_dir: str | None) -> str | None:
     return f"global_step_{step}" if step else None
 
 
+def http_address(host: str, port: int | str) -> str:
+    """``host:port``, an IPv6 host in brackets (``[::1]:8000``)."""
+    host = str(host)
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+
+
 class ServerAddresses:
     """``host:port`` of each rollout server actor's HTTP endpoint (its ``get_server_address``), asked without waiting:
     while a server starts, the call is queued behind its construction or fails (``port is None``); its answer is
@@ -144,36 +221,42 @@ class ServerAddresses:
             host, port = ray.get(ref)
         except Exception:  # its HTTP server not up yet: ask again
             return None
-        return f"{host}:{port}" if host and port else None
+        return http_address(host, port) if host and port else None
 
 
-def engine_health(address: str) -> bool | None:
-    """``True``: ``/health`` answered 200; ``False``: the engine is dead (an error status, or the connection
-    refused); ``None``: no answer in time (busy)."""
-    import urllib.error
-    import urllib.request
-
+def engine_health(address: str, timeout_s: float = HEALTH_TIMEOUT_S) -> bool | None:
+    """Ask vLLM's ``/health`` at ``address`` (``host:port`` or ``[v6 host]:port``), straight to the server: no proxy
+    of the environment is used. ``True``: it answered 200; ``False``: the engine is dead (503, vLLM's answer for a dead
+    engine, or the connection refused by the server's address); ``None``: no answer (a timeout, a reset, any other
+    status or failure)."""
+    host, _, port = address.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not host or not port.isdigit():
+        raise ValueError(f"{address!r} is not host:port")
+    connection = http.client.HTTPConnection(host, int(port), timeout=timeout_s)
     try:
-        with urllib.request.urlopen(f"http://{address}/health", timeout=HEALTH_TIMEOUT_S) as answer:
-            return answer.status == 200
-    except urllib.error.HTTPError:
+        connection.request("GET", "/health")
+        status = connection.getresponse().status
+    except ConnectionRefusedError:
         return False
-    except (ConnectionRefusedError, ConnectionResetError):
-        return False
-    except urllib.error.URLError as exc:
-        return False if isinstance(exc.reason, (ConnectionRefusedError, ConnectionResetError)) else None
-    except (TimeoutError, OSError):
+    except (OSError, http.client.HTTPException):  # timeouts, resets, unreachable: no answer
         return None
+    finally:
+        connection.close()
+    return True if status == 200 else False if status == DEAD_ENGINE_STATUS else None
 
 
-def ray_actor_table() -> dict[str, dict[str, Any]]:
-    """Ray's actor table from the GCS (``ray._private.state.actors``: no dashboard needed)."""
+def ray_actor_table(job: str) -> dict[str, dict[str, Any]]:
+    """This job's entries of Ray's actor table, from the GCS (``ray._private.state.actors(job_id=ray.JobID)``: no
+    dashboard needed); ``job`` is the job id's hex."""
+    import ray
     from ray._private import state
 
-    return state.actors()
+    return state.actors(job_id=ray.JobID.from_hex(job))
 
 
 def current_job_id() -> str:
+    """This driver's Ray job id (hex)."""
     import ray
 
     return ray.get_runtime_context().get_job_id()
@@ -195,26 +278,48 @@ def shutdown_ray(timeout_s: float = SHUTDOWN_S) -> None:
     done.join(timeout_s)
 
 
+class _Probe(threading.Thread):
+    """One ``/health`` check in a daemon thread of its own (a hung check never holds the process at exit)."""
+
+    def __init__(self, health: Callable[[str], bool | None], address: str) -> None:
+        super().__init__(name="verl_ext-watchdog-probe", daemon=True)
+        self._health, self.address = health, address
+        self.answer: bool | None = None
+        self.error: Exception | None = None
+
+    def run(self) -> None:  # noqa: D102 (threading.Thread)
+        try:
+            self.answer = self._health(self.address)
+        except Exception as exc:  # said by the watchdog; no answer
+            self.error = exc
+
+
 class Watchdog(threading.Thread):
-    """Polls Ray's actor table for an unexpected death of one of this job's actors (:func:`death_of`); on the first,
-    records :attr:`report` and calls ``on_death``. Daemon thread; :meth:`stop` ends it."""
+    """Polls this job's actors in Ray's actor table for an unexpected death (:func:`death_of`) and the rollout
+    servers' ``/health``; on the first death, records :attr:`report` and calls ``on_death``, then exits the process
+    if it has not stopped within ``grace_s``. Daemon thread; :meth:`stop` ends it."""
 
     def __init__(self, run_log: str | None = None, ckpt_dir: str | None = None, poll_s: float = POLL_S,
-                 table: Callable[[], dict[str, dict[str, Any]]] = ray_actor_table,
+                 table: Callable[[str], dict[str, dict[str, Any]]] = ray_actor_table,
                  job_id: Callable[[], str] = current_job_id, ready: Callable[[], bool] | None = None,
                  address: Callable[[dict[str, Any]], str | None] | None = None,
-                 health: Callable[[str], bool | None] = engine_health,
-                 on_death: Callable[[], None] | None = None, grace_s: float = EXIT_GRACE_S,
-                 end_actor: Callable[[str], None] = kill_actor, shutdown: Callable[[], None] = shutdown_ray,
-                 exit_process: Callable[[int], None] = os._exit) -> None:  # fmt: skip
+                 health: Callable[[str], bool | None] | None = None, health_failures: int = HEALTH_FAILURES,
+                 health_timeout_s: float = HEALTH_TIMEOUT_S, on_death: Callable[[], None] | None = None,
+                 grace_s: float = EXIT_GRACE_S, end_actor: Callable[[str], None] = kill_actor,
+                 shutdown: Callable[[], None] = shutdown_ray, exit_process: Callable[[int], None] = os._exit,
+                 blind_s: float = BLIND_S) -> None:  # fmt: skip
         super().__init__(name="verl_ext-watchdog", daemon=True)
         self.run_log, self.ckpt_dir, self.poll_s, self.grace_s = run_log, ckpt_dir, poll_s, grace_s
+        self.health_failures, self.health_timeout_s, self.blind_s = health_failures, health_timeout_s, blind_s
         self._table, self._job_id, self._exit, self._end_actor, self._shutdown = table, job_id, exit_process, end_actor, shutdown
         self._on_death = on_death or self.end_task_runner
         self._entries: list[dict[str, Any]] = []
         self._ready = ready or _ray_initialized
-        self._address, self._health = address or ServerAddresses(), health
+        self._address = address or ServerAddresses()
+        self._health = health or (lambda where: engine_health(where, self.health_timeout_s))
         self._servers: dict[str, dict[str, Any]] = {}  # actor id -> address, failures in a row
+        self._probes: dict[str, _Probe] = {}  # actor id -> its check still running
+        self._unread: dict[str, list[Any]] = {}  # what it cannot read -> [since, said blind]
         self._stopped = threading.Event()
         self.report: str | None = None
 
@@ -223,15 +328,20 @@ class Watchdog(threading.Thread):
         self._stopped.set()
 
     def check(self, job: str) -> Death | None:
-        """The first unexpected death among ``job``'s actors in the table now, or of a rollout server's engine."""
-        entries = self._entries = [e for e in self._table().values() if str(e.get("JobID")) == job]
+        """The first unexpected death among ``job``'s actors in the table now, or of a rollout server's engine.
+        Raises if the table cannot be read."""
+        entries = self._entries = [e for e in self._table(job).values() if str(e.get("JobID")) == job]
         for entry in entries:
             death = death_of(entry)
             if death is not None:
                 return death
-        for entry in entries:
-            if entry.get("State") == "ALIVE" and entry.get("ActorClassName") in SERVER_CLASSES and entry.get("Name"):
-                death = self._engine_death(entry)
+        servers = [e for e in entries if e.get("State") == "ALIVE" and e.get("ActorClassName") in SERVER_CLASSES
+                   and e.get("Name")]  # fmt: skip
+        answers = self._probe_all({key: where for key, where in map(self._server_address, servers) if where})
+        for entry in servers:
+            key = str(entry.get("ActorID"))
+            if key in answers:
+                death = self._engine_death(entry, answers[key])
                 if death is not None:
                     return death
         return None
@@ -242,24 +352,76 @@ class Watchdog(threading.Thread):
             if entry.get("State") == "ALIVE" and str(entry.get("ActorClassName", "")).startswith(TASK_RUNNER_PREFIX):
                 self._end_actor(str(entry["ActorID"]))
 
-    def _engine_death(self, entry: dict[str, Any]) -> Death | None:
-        known = self._servers.setdefault(str(entry.get("ActorID")), {"address": None, "failed": 0})
+    def _server_address(self, entry: dict[str, Any]) -> tuple[str, str | None]:
+        key = str(entry.get("ActorID"))
+        known = self._servers.setdefault(key, {"address": None, "failed": 0})
         if known["address"] is None:
-            known["address"] = self._address(entry)
-            if known["address"] is None:
-                return None
-        answer = self._health(known["address"])
+            source = f"the address of {entry.get('ActorClassName')} '{entry.get('Name')}'"
+            try:
+                known["address"] = self._address(entry)
+            except Exception as exc:  # asked again at the next poll
+                self._unreadable(source, repr(exc))
+                return key, None
+            self._readable(source)
+        return key, known["address"]
+
+    def _probe_all(self, addresses: dict[str, str]) -> dict[str, bool | None]:
+        """Every server's ``/health`` at once: the answers within one check's time (``health_timeout_s``, plus a
+        second), ``None`` for a server whose check has not ended (it is not asked again until it has)."""
+        for key, where in addresses.items():
+            if key not in self._probes:
+                self._probes[key] = _Probe(self._health, where)
+                self._probes[key].start()
+        deadline = time.monotonic() + self.health_timeout_s + 1.0
+        answers: dict[str, bool | None] = {}
+        for key, where in addresses.items():
+            probe = self._probes[key]
+            probe.join(max(0.0, deadline - time.monotonic()))
+            source = f"the /health of the rollout server at http://{where}"
+            if probe.is_alive() or probe.answer is None:
+                answers[key] = None
+                why = repr(probe.error) if probe.error else f"no answer within {self.health_timeout_s:g} s"
+                self._unreadable(source, why, say_first=probe.error is not None)
+            else:
+                answers[key] = probe.answer
+                self._readable(source)
+            if not probe.is_alive():
+                del self._probes[key]
+        return answers
+
+    def _engine_death(self, entry: dict[str, Any], answer: bool | None) -> Death | None:
+        known = self._servers[str(entry.get("ActorID"))]
         if answer is True:
             known["failed"] = 0
         elif answer is False:
             known["failed"] += 1
-            if known["failed"] >= HEALTH_FAILURES:
+            if known["failed"] >= self.health_failures:
                 death = death_of({**entry, "State": "DEAD"}) or Death("?", "?", "", "?", "?", "", "")
                 return Death(actor_id=death.actor_id, class_name=death.class_name, name=death.name, pid=death.pid,
                              node=death.node, reason="ENGINE_DEAD",
                              detail=f"its vLLM engine answers no more at http://{known['address']}/health "
                                     f"({known['failed']} checks in a row) although the actor lives")  # fmt: skip
         return None
+
+    def _unreadable(self, source: str, why: str, say_first: bool = True) -> None:
+        """``source`` could not be read: said at the first failure of a streak, and once as blindness after
+        ``blind_s``."""
+        now = time.monotonic()
+        if source not in self._unread:
+            self._unread[source] = [now, False]
+            if say_first:
+                _say(f"verl_ext watchdog: could not read {source} ({why}); still watching")
+        since, said = self._unread[source]
+        if not said and now - since >= self.blind_s:
+            self._unread[source][1] = True
+            _say(f"WARNING: verl_ext watchdog: the watchdog is blind: it could not read {source} for {now - since:.0f}"
+                 f" s (last: {why}). This is not a death and the run goes on, but a dead worker there is not noticed "
+                 "until it can read it again")  # fmt: skip
+
+    def _readable(self, source: str) -> None:
+        failing = self._unread.pop(source, None)
+        if failing is not None and failing[1]:
+            _say(f"verl_ext watchdog: it can read {source} again (blind for {time.monotonic() - failing[0]:.0f} s)")
 
     def run(self) -> None:  # noqa: D102 (threading.Thread)
         job = None
@@ -271,25 +433,49 @@ class Watchdog(threading.Thread):
                     job = self._job_id()
                 death = self.check(job)
             except Exception as exc:  # a failed read is not a death: say so and keep watching
-                print(f"verl_ext watchdog: could not read Ray's actor table or a server's health ({exc!r}); still "
-                      "watching", file=sys.stderr)  # fmt: skip
+                self._unreadable("Ray's actor table", repr(exc))
                 continue
-            if death is None:
-                continue
-            ckpt = latest_checkpoint(self.ckpt_dir)  # a step's checkpoint is written before its log line
-            known = [n for n in (last_step(self.run_log), ckpt and int(ckpt.removeprefix("global_step_"))) if n]
-            step = max(known) if known else None
-            self.report = (f"{death.describe()}. The run cannot progress and stops: last completed step "
-                           f"{step if step is not None else 'unknown (no file log)'}, latest checkpoint "
-                           f"{ckpt or 'none'}{f' in {self.ckpt_dir}' if ckpt else ''}")  # fmt: skip
-            print(f"error: {self.report}", file=sys.stderr, flush=True)
+            self._readable("Ray's actor table")
+            if death is not None:
+                self._stop_run(death)
+                return
+
+    def _stop_run(self, death: Death) -> None:
+        """Report ``death``, end the TaskRunner, and exit the process if the run has not stopped within ``grace_s``:
+        whatever fails on the way is said, and the exit still comes."""
+        self.report = f"{death.describe()}. The run cannot progress and stops"
+        try:
+            try:
+                self.report = self._full_report(death)
+            except Exception as exc:
+                _say(f"error: the watchdog could not read the last step or checkpoint ({exc!r})")
+            _say(f"error: {self.report}")
             self._on_death()
+        except Exception as exc:
+            _say(f"error: the watchdog could not end the run's TaskRunner ({exc!r}): the process exits in "
+                 f"{self.grace_s:.0f} s")  # fmt: skip
+        finally:
             if not self._stopped.wait(self.grace_s):
-                print(f"error: the run did not stop within {self.grace_s:.0f} s: shutting Ray down and exiting",
-                      file=sys.stderr, flush=True)  # fmt: skip
-                self._shutdown()
-                self._exit(1)
-            return
+                _say(f"error: the run did not stop within {self.grace_s:.0f} s: shutting Ray down and exiting")
+                try:
+                    self._shutdown()
+                except Exception as exc:
+                    _say(f"error: Ray's shutdown failed ({exc!r})")
+                finally:
+                    self._exit(1)
+
+    def _full_report(self, death: Death) -> str:
+        ckpt = latest_checkpoint(self.ckpt_dir)  # a step's checkpoint is written before its log line
+        saved = ckpt.removeprefix("global_step_") if ckpt else ""
+        known = [n for n in (last_step(self.run_log), int(saved) if saved.isdigit() else None) if n]
+        step = max(known) if known else None
+        return (f"{death.describe()}. The run cannot progress and stops: last completed step "
+                f"{step if step is not None else 'unknown (no file log)'}, latest checkpoint "
+                f"{ckpt or 'none'}{f' in {self.ckpt_dir}' if ckpt else ''}")  # fmt: skip
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _ray_initialized() -> bool:
@@ -298,6 +484,7 @@ def _ray_initialized() -> bool:
     return ray.is_initialized()
 
 
-__all__ = ["CHECKPOINT_TRACKER", "Death", "EXIT_GRACE_S", "HEALTH_FAILURES", "HEALTH_TIMEOUT_S", "INTENDED_REASONS",
-           "POLL_S", "SERVER_CLASSES", "SHUTDOWN_S", "TASK_RUNNER_PREFIX", "Watchdog", "death_of", "engine_health",
-           "ServerAddresses", "kill_actor", "last_step", "latest_checkpoint", "ray_actor_table", "shutdown_ray"]  # fmt: skip
+__all__ = ["BLIND_S", "CHECKPOINT_TRACKER", "DEAD_ENGINE_STATUS", "Death", "EXIT_GRACE_S", "HEALTH_FAILURES",
+           "HEALTH_TIMEOUT_S", "INTENDED_REASONS", "POLL_S", "SERVER_CLASSES", "SHUTDOWN_S", "TASK_RUNNER_PREFIX",
+           "ServerAddresses", "Watchdog", "WatchdogConfig", "death_of", "engine_health", "http_address", "kill_actor",
+           "last_step", "latest_checkpoint", "ray_actor_table", "shutdown_ray", "watchdog_config"]  # fmt: skip
