@@ -6,8 +6,8 @@ the file without importing it for vLLM's modules and verl's vLLM server), and th
 on is still there (snippets of its source). docs/ARCHITECTURE.md's table "verl's internals" is generated from the same
 list (:func:`table`), and :func:`test_the_docs_table_is_the_list` keeps the two equal.
 
-Fast tier: imports verl, Ray and TransferQueue (verl_ext's trainers import them anyway), never starts them, and never
-imports vLLM.
+Fast tier: imports verl, Ray and TransferQueue (verl_ext's trainers import them anyway), never starts them, and
+imports vLLM only in the subprocess of :func:`test_vllms_health_answers_503_for_a_dead_engine`.
 """
 
 from __future__ import annotations
@@ -83,6 +83,7 @@ LEGACY = "verl.trainer.ppo.ray_trainer:RayPPOTrainer"
 TASK_RUNNER = "verl.trainer.main_ppo_v0:TaskRunner.__ray_actor_class__"
 TASK_RUNNER_V1 = "verl.trainer.main_ppo:TaskRunnerV1.__ray_actor_class__"
 FSDP_ENGINE = "verl.workers.engine.fsdp.transformer_impl"
+VLLM_SERVER = "verl.workers.rollout.vllm_rollout.vllm_async_server"
 CPU_MODE_TEST = "tests/cpu/test_cpu_mode.py"
 
 PATCHES: list[Patch] = [
@@ -187,6 +188,11 @@ PATCHES: list[Patch] = [
                   "loss_function = self.loss_fn if compute_loss else None",
                   "self.engine.train_batch(data, loss_function=self.loss_fn)"),
           source_in="verl.workers.engine_workers:TrainingWorker"),
+    Patch("engine_dp_group", f"{FSDP_ENGINE}:FSDPEngine.get_data_parallel_group", "calls", "trainer.bapo_step",
+          "the group BAPO's summed step statistics are all-reduced over: the data-parallel ranks (the whole world "
+          "without Ulysses)", ALL, params=("self",),
+          source=('return self.ulysses_device_mesh.get_group(mesh_dim="dp")', "return torch.distributed.group.WORLD"),
+          also="tests/trainer/test_bapo_collective.py::test_every_rank_decides_the_bounds_of_all_ranks_tokens"),
     Patch("engine_entropy_fn", f"{FSDP_ENGINE}:FSDPEngine", "wraps", "trainer.actor_worker",
           "the engine's `compute_entropy_from_logits` attribute runs under `no_grad` for ERC", ALL,
           source=("self.compute_entropy_from_logits = (",), also="tests/trainer/test_actor_loss.py"),
@@ -300,14 +306,33 @@ PATCHES: list[Patch] = [
           params=(), source=('Path.home() / ".ray" / "auth_token"',),
           also=f"{CPU_MODE_TEST}::test_upstream_ray_writes_its_token_file_readable_by_everyone"),
     Patch("ray_actor_table", "ray._private.state:actors", "reads", "driver.watchdog",
-          "the GCS's actor table, polled for an actor of the run that died (state, death cause, class, pid), with no "
-          "dashboard", ALL, params=("actor_id", "job_id", "actor_state_name"),
-          source=("def actor_table(",), source_in="ray._private.state:GlobalState",
+          "the GCS's actor table of this job (`job_id=`, a `ray.JobID`, filtered by the GCS), polled for an actor of "
+          "the run that died (state, death cause, class, pid), with no dashboard", ALL,
+          params=("actor_id", "job_id", "actor_state_name"),
+          source=("job_id: Optional[ray.JobID] = None", "actor_id=actor_id, job_id=job_id, actor_state_name=",
+                  "accessor.get_actor_table(job_id, actor_state_name)"), source_in="ray._private.state:",
           also="tests/trainer/test_watchdog.py::test_rays_death_causes_have_the_fields_the_watchdog_reads"),
     Patch("ray_kill_actor", "ray._raylet:CoreWorker.kill_actor", "calls", "driver.watchdog",
           "ends the run's TaskRunner by its actor id (what `ray.kill` does with a handle) when an actor of the run died",
           ALL, source=("worker.core_worker.kill_actor(actor._ray_actor_id, no_restart)",),
           source_in="ray._private.worker:kill"),
+    Patch("vllm_http_server", f"{VLLM_SERVER}:vLLMHttpServer", "reads", "driver.watchdog",
+          "the class name of verl's rollout server actors in Ray's actor table (`SERVER_CLASSES`): verl's replica "
+          "makes them with `ray.remote(vLLMHttpServer)`", ALL,
+          source=("self.server_class = ray.remote(vLLMHttpServer)",), source_in=f"{VLLM_SERVER}:vLLMReplica.__init__",
+          static=True),
+    Patch("vllm_server_address", f"{VLLM_SERVER}:vLLMHttpServer.get_server_address", "calls", "driver.watchdog",
+          "`(host, port)` of the server's HTTP endpoint, once it is up (an assertion error before)", ALL,
+          params=("self",), source=('assert self._server_port is not None, "http server is not launched',
+                                    "return self._server_address, self._server_port"), static=True),
+    Patch("vllm_health", "vllm.entrypoints.serve.instrumentator.health:health", "reads", "driver.watchdog",
+          "vLLM's `/health` answers 200 while the engine client's `check_health` passes and 503 once it raises "
+          "`EngineDeadError`", ALL, params=("raw_request",),
+          source=("await client.check_health()", "except EngineDeadError:", "return Response(status_code=503)"),
+          static=True, also=f"{THIS}::test_vllms_health_answers_503_for_a_dead_engine"),
+    Patch("vllm_engine_dead", "vllm.v1.engine.async_llm:AsyncLLM.check_health", "reads", "driver.watchdog",
+          "the engine client behind `/health` raises `EngineDeadError` once its engine core process is dead", ALL,
+          params=("self",), source=("if self.errored:", "raise self.dead_error"), static=True),
     Patch("tq_threads", "transfer_queue.client:", "reads", "cpu.workarounds",
           "`TQ_NUM_THREADS`, read at import, is sized to the machine's cores", CPU,
           source=('TQ_NUM_THREADS = int(os.environ.get("TQ_NUM_THREADS", 8))',)),
@@ -515,3 +540,84 @@ def test_the_installed_verl_is_a_tested_one():
     from verl_ext.versions import TESTED_VERL_VERSIONS, installed_verl_version
 
     assert installed_verl_version() in TESTED_VERL_VERSIONS
+
+
+def test_pyproject_pins_the_tested_ray_versions():
+    """pyproject.toml's Ray requirement allows each tested version and no untested neighbour of one (verl requires
+    Ray without an upper bound; the watchdog reads Ray's private actor table)."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    from verl_ext.versions import TESTED_RAY_VERSIONS
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pins = [r for r in map(Requirement, project["dependencies"]) if r.name == "ray"]
+    assert len(pins) == 1, "pyproject.toml should name ray once in its dependencies"
+    tested = [Version(v) for v in TESTED_RAY_VERSIONS]
+    neighbours = {Version(f"{v.major}.{v.minor}.{v.micro + 1}") for v in tested}
+    neighbours |= {Version(f"{v.major}.{v.minor + 1}.0") for v in tested}
+    neighbours |= {Version(f"{v.major}.{v.minor}.{v.micro - 1}") for v in tested if v.micro > 0}
+    (pin,) = pins
+    assert all(v in pin.specifier for v in tested), f"pyproject.toml's {pin} excludes a tested Ray {tested}"
+    allowed = sorted(str(v) for v in neighbours - set(tested) if v in pin.specifier)
+    assert not allowed, (f"pyproject.toml's {pin} allows the untested Ray {allowed} (tested: {TESTED_RAY_VERSIONS}, "
+                         "verl_ext/versions.py)")  # fmt: skip
+
+
+def test_the_installed_ray_is_a_tested_one():
+    from verl_ext.versions import TESTED_RAY_VERSIONS, installed_ray_version
+
+    assert installed_ray_version() in TESTED_RAY_VERSIONS
+
+
+HEALTH_PROBE = """
+import json
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from vllm.entrypoints.serve.instrumentator import register_instrumentator_api_routers
+from vllm.v1.engine.exceptions import EngineDeadError
+
+
+class Engine:
+    def __init__(self, dead):
+        self.dead = dead
+
+    async def check_health(self):
+        if self.dead:
+            raise EngineDeadError()
+
+
+app = FastAPI()
+register_instrumentator_api_routers(app)
+client = TestClient(app)
+status = {}
+for name, dead in (("alive", False), ("dead", True)):
+    app.state.engine_client = Engine(dead)
+    status[name] = client.get("/health").status_code
+print(json.dumps(status))
+"""
+"""vLLM's own ``/health`` route (its instrumentator routers, which ``build_app`` registers) asked over ASGI, with an
+engine client that is alive, then dead."""
+
+
+def test_vllms_health_answers_503_for_a_dead_engine():
+    """The watchdog reads an HTTP error from ``/health`` as a dead engine (:data:`PATCHES`' ``vllm_health``): vLLM's
+    route answers 200 for a live engine client and 503 when its ``check_health`` raises ``EngineDeadError``. vLLM is
+    imported in a subprocess (a slow import this process does not need)."""
+    import json
+    import subprocess
+
+    chain = [(f"{VLLM_SERVER}:vLLMHttpServer", "app = build_app(args, **build_app_kwargs)"),
+             (f"{VLLM_SERVER}:", "from vllm.entrypoints.openai.api_server import build_app"),
+             ("vllm.entrypoints.openai.api_server:", "from vllm.entrypoints.launchers.app import build_app"),
+             ("vllm.entrypoints.launchers.app:build_app", "register_api_routers(args, app"),
+             ("vllm.entrypoints.launchers.api_server.routers:register_api_routers",
+              "register_vllm_serve_api_routers(app)"),
+             ("vllm.entrypoints.serve:register_vllm_serve_api_routers", "register_instrumentator_api_routers(app)")]
+    for symbol, call in chain:  # the app verl's server builds registers the route asked below
+        assert call in source(symbol, static=True), f"{symbol} no longer contains {call!r}"
+    done = subprocess.run([sys.executable, "-c", HEALTH_PROBE], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"alive": 200, "dead": 503}
