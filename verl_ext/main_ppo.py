@@ -186,9 +186,10 @@ def start_watchdog(config: DictConfig) -> Watchdog | None:
         print("verl_ext: the watchdog is off (verl_ext.watchdog.enable=false): a dead worker can leave the trainer "
               "waiting for ever", file=sys.stderr)  # fmt: skip
         return None
-    watchdog = Watchdog(run_log=OmegaConf.select(config, "ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"),
-                        ckpt_dir=OmegaConf.select(config, "trainer.default_local_dir"), poll_s=settings.poll_s,
-                        health_failures=settings.health_failures, health_timeout_s=settings.health_timeout_s)  # fmt: skip
+    run_log = OmegaConf.select(config, "ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH")
+    watchdog = Watchdog(run_log=run_log, ckpt_dir=OmegaConf.select(config, "trainer.default_local_dir"),
+                        poll_s=settings.poll_s, health_failures=settings.health_failures,
+                        health_timeout_s=settings.health_timeout_s)  # fmt: skip
     watchdog.start()
     return watchdog
 

@@ -273,6 +273,104 @@ def test_real_run_validates_before_ray_and_picks_the_task_runner(compose, monkey
     assert len(saved) == 1 and "${" not in saved[0].read_text()
 
 
+
+class FakeWatchdog:
+    """Stands in for verl_ext.driver.watchdog.Watchdog in main_ppo: records how it was built; ``REPORT`` is what it
+    found (None: nothing)."""
+
+    REPORT: str | None = None
+    made: list = []
+
+    def __init__(self, **kwargs):
+        FakeWatchdog.made.append(kwargs)
+        self.report = FakeWatchdog.REPORT
+
+    def start(self):
+        pass
+
+    def stop(self):
+        pass
+
+
+@pytest.fixture()
+def fake_watchdog(monkeypatch, tmp_path):
+    import ray
+
+    from verl_ext import main_ppo
+
+    monkeypatch.setattr(main_ppo, "Watchdog", FakeWatchdog)
+    monkeypatch.setattr(FakeWatchdog, "made", [])
+    monkeypatch.setattr(FakeWatchdog, "REPORT", None)
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+    monkeypatch.chdir(tmp_path)  # the run saves its resolved config under trainer.default_local_dir (relative)
+    return FakeWatchdog
+
+
+def test_a_run_the_watchdog_stopped_prints_the_report_and_the_trainers_own_exception(compose, monkeypatch,
+                                                                                      fake_watchdog, capsys):
+    """The trainer's own exception (an NCCL abort, a dead worker's RayActorError) says why; the watchdog's report says
+    which actor, node, step and checkpoint: both are printed, the report last."""
+    import verl.trainer.main_ppo as verl_main
+
+    from verl_ext import main_ppo
+
+    def trainer(config, task_runner_class):
+        raise RuntimeError("NCCL error: remote process exited or there was a network error")
+
+    monkeypatch.setattr(verl_main, "run_ppo", trainer)
+    fake_watchdog.REPORT = "Ray actor WorkerDict (id 0123, pid 7, node 10.0.0.7) died: NODE_DIED"
+    assert main_ppo.run(compose()) == 1
+    err = capsys.readouterr().err.rstrip().splitlines()
+    assert err[-1] == f"verl_ext: stopped: {fake_watchdog.REPORT}"
+    shown = "\n".join(err)
+    assert "Traceback (most recent call last)" in shown and ", in trainer" in shown
+    assert "RuntimeError: NCCL error: remote process exited or there was a network error" in shown
+
+
+def test_the_trainers_exception_without_a_watchdog_report_propagates(compose, monkeypatch, fake_watchdog):
+    import verl.trainer.main_ppo as verl_main
+
+    from verl_ext import main_ppo
+
+    def trainer(config, task_runner_class):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(verl_main, "run_ppo", trainer)
+    with pytest.raises(RuntimeError, match="a bug"):
+        main_ppo.run(compose())
+
+
+def test_the_watchdog_is_built_from_its_keys_and_enable_false_runs_none(compose, monkeypatch, fake_watchdog, capsys):
+    import verl.trainer.main_ppo as verl_main
+
+    from verl_ext import main_ppo
+
+    monkeypatch.setattr(verl_main, "run_ppo", lambda config, task_runner_class: None)
+    assert main_ppo.run(compose("verl_ext.watchdog.poll_s=2", "verl_ext.watchdog.health_failures=3",
+                                "verl_ext.watchdog.health_timeout_s=4")) == 0  # fmt: skip
+    assert [(m["poll_s"], m["health_failures"], m["health_timeout_s"]) for m in fake_watchdog.made] == [(2.0, 3, 4.0)]
+    assert "watchdog is off" not in capsys.readouterr().err
+    assert main_ppo.run(compose("verl_ext.watchdog.enable=false")) == 0
+    assert len(fake_watchdog.made) == 1  # none built for this run
+    off = [x for x in capsys.readouterr().err.splitlines() if "watchdog is" in x]
+    assert off == ["verl_ext: the watchdog is off (verl_ext.watchdog.enable=false): a dead worker can leave the "
+                   "trainer waiting for ever"]  # fmt: skip
+
+
+@pytest.mark.parametrize(("override", "key", "words"), [
+    ("verl_ext.watchdog.poll_s=0", "verl_ext.watchdog.poll_s", ["0", "> 0"]),
+    ("verl_ext.watchdog.health_failures=0", "verl_ext.watchdog.health_failures", ["integer >= 1"]),
+    ("verl_ext.watchdog.health_timeout_s=-1", "verl_ext.watchdog.health_timeout_s", ["> 0"]),
+    ("verl_ext.watchdog.enable=sometimes", "verl_ext.watchdog.enable", ["true or false"]),
+    ("+verl_ext.watchdog.poll=1", "verl_ext.watchdog.poll", ["poll_s", "health_failures"]),
+])  # fmt: skip
+def test_a_bad_watchdog_key_is_refused_at_config_time_naming_it(compose, override, key, words):
+    status, out, err = dry(compose(override))
+    assert status == 2 and out == ""
+    assert err.startswith(f"verl_ext: invalid config: {key}: "), err
+    assert all(w in err for w in words), err
+
+
 # ---------------------------------------------------------------------------------------------------
 # CPU mode is the composition's: the entry point runs it with VERL_PLATFORM=cpu
 # ---------------------------------------------------------------------------------------------------

@@ -171,8 +171,8 @@ def test_an_engine_dead_inside_a_live_server_actor_is_reported(tmp_path):
     dog.join(10)
     assert len(asked) == 8 and set(asked) == {"127.0.0.1:8000"}
     assert dog.report.startswith("Ray actor vLLMHttpServer 'vllm_server_0_0' (id 79443d9d235f, pid 4242, node "
-                                 "127.0.0.1) died: ENGINE_DEAD: its vLLM engine answers no more at "
-                                 "http://127.0.0.1:8000/health (2 checks in a row) although the actor lives")  # fmt: skip
+                                 "127.0.0.1) died: ENGINE_DEAD: its vLLM engine is dead: http://127.0.0.1:8000/health "
+                                 "answered 503 or refused the connection 2 checks in a row, although the actor lives")
     assert "last completed step 2" in dog.report
 
 

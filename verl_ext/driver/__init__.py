@@ -7,7 +7,7 @@ verl's own outputs. Both trainers (:mod:`verl_ext.trainer`) mix it in.
 | ``token_lens`` | the token lens: its keys and the JSONL / wandb writer of the selected tokens |
 | ``checkpoints`` | where verl's trainers save and load a step's checkpoint (resume modes) |
 | ``run_log`` | verl's file log continued (not truncated) when a run resumes from a checkpoint |
-| ``watchdog`` | an actor of the run that dies unexpectedly stops the run, naming it, the last step and the latest checkpoint |
+| ``watchdog`` | a dead actor or vLLM engine of the run stops it, naming it, its node, the last step and checkpoint |
 
 May import: ``verl_ext.config``, ``contract``, ``losses`` and ``control``; never the trainer, the checks or anything
 above them.

@@ -1,34 +1,24 @@
 """A Ray actor of the run that dies unexpectedly stops the run, naming it, instead of leaving the trainer waiting.
 
-verl's trainer waits on its workers with ``ray.get`` and, during the weight sync, on the rollout's own channel. When a
-worker is killed there (Ray's memory monitor, the kernel's OOM killer, a segfault, its node lost), nothing raises:
-verl's V1 trainer was seen waiting in ``update_weights`` for ever after Ray's memory monitor killed a vLLM worker.
-The watchdog reads this job's entries of Ray's actor table (the GCS's own; no dashboard needed) every ``poll_s``
-seconds from the entry point's process. The first actor of this job found dead by anything but an intended end
-(``ray.kill``, its own exit, its handle going out of scope) is reported - its class, name, pid, node and Ray's reason,
-``NODE_DIED`` with the node's own reason for an actor lost with its node - with the last step the run's file log
-completed and the latest checkpoint.
+verl's trainer waits on its workers with ``ray.get`` and, during the weight sync, on the rollout's own channel: a worker
+killed there (Ray's memory monitor, the OOM killer, a segfault, its node lost) raises nothing. Every ``poll_s`` seconds
+the watchdog reads this job's entries of Ray's actor table (the GCS's own; no dashboard needed): the first actor found
+dead by anything but an intended end (``ray.kill``, its own exit, out of scope) is reported - class, name, pid, node,
+Ray's reason (``NODE_DIED`` with the node's own) - with the last step of the run's file log and the latest checkpoint.
 
-A vLLM engine can also die inside a live Ray actor (the engine process killed or crashed: verl's ``vLLMHttpServer``
-actor stays, and the weight sync waits on the dead engine for ever), so the watchdog also asks each rollout server's
-HTTP ``/health`` (vLLM's own endpoint, at the address verl's server reports once its HTTP server is up), all servers at
-once, each for at most ``health_timeout_s``. vLLM answers 503 for a dead engine (``EngineDeadError``); 503, or a
-connection refused by the server's own address, is a failed check, and ``health_failures`` failed checks in a row are
-that server's death. Anything else - a timeout, a reset, another status - is no answer, never a death. The request
-goes straight to the server, never through a proxy of the environment (``http_proxy``: clusters set one, with a
-``no_proxy`` in CIDR form that Python's ``urllib`` ignores, and a proxy's refusal is not the engine's).
+A vLLM engine can also die inside a live actor (verl's ``vLLMHttpServer`` stays; the weight sync waits for ever), so
+it asks every rollout server's ``/health`` at once, each for at most ``health_timeout_s``, straight to the server (never
+through a proxy of the environment: clusters set one, with a CIDR ``no_proxy`` that ``urllib`` ignores). vLLM answers
+503 for a dead engine; 503 or a connection refused by the server is a failed check, ``health_failures`` in a row a
+death. Anything else (a timeout, a reset, another status) is no answer. What it cannot read for :data:`BLIND_S` is
+said once, as blindness, and again when it can.
 
-A table it cannot read (or a server that does not answer) for :data:`BLIND_S` seconds is said once, as a warning
-that the watchdog is blind, and again when it can read it.
-
-On a death the watchdog ends the run's TaskRunner actor (Ray's own kill, by its actor id: the entry point's ``ray.get``
-on it returns at once, which a signal does not make it do), and ``python -m verl_ext.main_ppo`` shuts Ray down and
-exits 1. If the entry point has not stopped within :data:`EXIT_GRACE_S` - or anything on the way to stopping fails -
-Ray is shut down from the watchdog's thread (for at most :data:`SHUTDOWN_S`) and the process exits 1.
-
-A checkpoint is whole once verl has recorded it in ``latest_checkpointed_iteration.txt`` (it writes that file after
-the checkpoint's folder), so stopping mid-step leaves the latest recorded checkpoint intact and ``trainer.resume_mode=
-auto`` resumes from it. The keys are ``verl_ext.watchdog.*`` (:class:`WatchdogConfig`).
+On a death it ends the run's TaskRunner (Ray's kill by actor id: the entry point's ``ray.get`` returns, which no signal
+makes it do), and ``python -m verl_ext.main_ppo`` shuts Ray down and exits 1. If the entry point has not stopped within
+:data:`EXIT_GRACE_S` - or anything on the way fails - the watchdog shuts Ray down (for at most :data:`SHUTDOWN_S`) and
+exits 1 itself. verl writes ``latest_checkpointed_iteration.txt`` after a checkpoint's folder, so the latest recorded
+checkpoint is whole and ``trainer.resume_mode=auto`` resumes from it. Keys: ``verl_ext.watchdog.*``
+(:class:`WatchdogConfig`).
 """
 
 from __future__ import annotations
@@ -311,10 +301,10 @@ class Watchdog(threading.Thread):
         super().__init__(name="verl_ext-watchdog", daemon=True)
         self.run_log, self.ckpt_dir, self.poll_s, self.grace_s = run_log, ckpt_dir, poll_s, grace_s
         self.health_failures, self.health_timeout_s, self.blind_s = health_failures, health_timeout_s, blind_s
-        self._table, self._job_id, self._exit, self._end_actor, self._shutdown = table, job_id, exit_process, end_actor, shutdown
+        self._table, self._job_id, self._ready = table, job_id, ready or _ray_initialized
+        self._exit, self._end_actor, self._shutdown = exit_process, end_actor, shutdown
         self._on_death = on_death or self.end_task_runner
         self._entries: list[dict[str, Any]] = []
-        self._ready = ready or _ray_initialized
         self._address = address or ServerAddresses()
         self._health = health or (lambda where: engine_health(where, self.health_timeout_s))
         self._servers: dict[str, dict[str, Any]] = {}  # actor id -> address, failures in a row
@@ -399,8 +389,9 @@ class Watchdog(threading.Thread):
                 death = death_of({**entry, "State": "DEAD"}) or Death("?", "?", "", "?", "?", "", "")
                 return Death(actor_id=death.actor_id, class_name=death.class_name, name=death.name, pid=death.pid,
                              node=death.node, reason="ENGINE_DEAD",
-                             detail=f"its vLLM engine answers no more at http://{known['address']}/health "
-                                    f"({known['failed']} checks in a row) although the actor lives")  # fmt: skip
+                             detail=f"its vLLM engine is dead: http://{known['address']}/health answered 503 or "
+                                    f"refused the connection {known['failed']} checks in a row, although the actor "
+                                    "lives")  # fmt: skip
         return None
 
     def _unreadable(self, source: str, why: str, say_first: bool = True) -> None:
