@@ -53,6 +53,11 @@ def test_rays_death_causes_have_the_fields_the_watchdog_reads():
         "actor_died_error_context", "oom_context", "creation_task_failure_context"}
     names = set(common_pb2.ActorDiedErrorContext.DESCRIPTOR.fields_by_name["reason"].enum_type.values_by_name)
     assert set(wd.INTENDED_REASONS) | {"WORKER_DIED", "NODE_DIED"} <= names
+    # an actor lost with its node: the node's address and the node's own death reason (its Address is cleared)
+    fields = common_pb2.ActorDiedErrorContext.DESCRIPTOR.fields_by_name
+    assert {"error_message", "node_ip_address", "node_death_info"} <= set(fields)
+    node_reasons = set(common_pb2.NodeDeathInfo.DESCRIPTOR.fields_by_name["reason"].enum_type.values_by_name)
+    assert {"EXPECTED_TERMINATION", "UNEXPECTED_TERMINATION"} <= node_reasons
 
 
 @pytest.mark.parametrize(("cause", "reason"), [
