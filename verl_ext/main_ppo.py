@@ -110,7 +110,7 @@ def run(config: DictConfig) -> int:
     try:
         warning = check_verl_version()
     except UntestedVerl as exc:
-        print(f"verl_ext: untested verl: {exc}", file=sys.stderr)
+        print(f"verl_ext: untested upstream: {exc}", file=sys.stderr)
         return 2
     if warning:
         print(warning, file=sys.stderr)
