@@ -400,8 +400,9 @@ CHECKS: dict[str, tuple[str, tuple[str, ...], dict[str, str] | None, tuple[str, 
     "sequence_parallel": ("dapo_kl_cov", (f"{PREFIX}ulysses_sequence_parallel_size=0",), {"SP_SIZE": "0"}, (),
                           f"{PREFIX}ulysses_sequence_parallel_size: 0 is invalid: allowed an integer >= 1"),
     "gen_tp_divides": ("dapo_kl_cov", ("actor_rollout_ref.rollout.tensor_model_parallel_size=3",), {"GEN_TP": "3"}, (),
-                       "actor_rollout_ref.rollout.tensor_model_parallel_size: 3 is invalid: it must divide "
-                       "trainer.n_gpus_per_node=8"),
+                       "actor_rollout_ref.rollout.tensor_model_parallel_size: 3 is invalid on trainer.nnodes=4 x "
+                       "trainer.n_gpus_per_node=8: the 32 GPUs must split into whole replicas of 3 GPUs (verl's "
+                       "rollout device mesh); allowed 1, 2, 4, 8, 16, 32"),
     "overlong_buffer": ("dapo_kl_cov", ("reward.reward_kwargs.overlong_buffer_cfg.len=512",), None,
                         ("data.max_response_length=512",), "reward.reward_kwargs.overlong_buffer_cfg.len: 512 is "
                         "invalid: allowed an integer with 1 <= len < data.max_response_length=512"),

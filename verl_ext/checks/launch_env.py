@@ -88,7 +88,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("GPUS_PER_NODE", ("trainer.n_gpus_per_node",), "number",
              "GPUs per node (CPU mode: training processes)"),
     Variable("GEN_TP", ("actor_rollout_ref.rollout.tensor_model_parallel_size",), "number",
-             "vLLM tensor-parallel size (divides GPUS_PER_NODE)"),
+             "vLLM tensor-parallel size: divides GPUS_PER_NODE, or a multiple of it dividing NNODES x GPUS_PER_NODE "
+             "(a replica spans nodes)"),
     Variable("SP_SIZE", ("actor_rollout_ref.actor.ulysses_sequence_parallel_size",), "number",
              "Ulysses sequence-parallel size"),
     Variable("OFFLOAD", OFFLOAD_KEYS, "flag", "1: FSDP parameter and optimizer offload to the CPU",

@@ -49,20 +49,86 @@ def _positive_int(config: DictConfig, key: str) -> int:
     return value
 
 
+TP_KEY = "actor_rollout_ref.rollout.tensor_model_parallel_size"
+"""The rollout's tensor-parallel size (``GEN_TP``)."""
+ROLLOUT_SIZES = ("actor_rollout_ref.rollout.data_parallel_size",
+                 "actor_rollout_ref.rollout.pipeline_model_parallel_size")  # fmt: skip
+"""The rollout's other parallel sizes: a replica holds tensor x data x pipeline parallel GPUs."""
+
+
+def _replica_problem(tp: int, dp: int, pp: int, replica_node_gpus: int, gpus: int) -> str | None:
+    """Why verl 0.9.1 cannot build hybrid rollout replicas of ``tp * dp * pp`` GPUs on ``gpus`` GPUs in all, nodes of
+    ``replica_node_gpus`` (verl's ``rollout.n_gpus_per_node``); ``None`` where it can."""
+    world = tp * dp * pp
+    per_node = min(replica_node_gpus, world)
+    # verl/workers/rollout/replica.py:107-117 (RolloutReplica.__init__): world_size = tp * dp * pp,
+    # gpus_per_replica_node = min(gpus_per_node, world_size), assert world_size % gpus_per_replica_node == 0
+    if world % per_node:
+        return (f"a replica of {world} GPUs may span nodes only as whole nodes of {replica_node_gpus} GPUs (verl's "
+                "RolloutReplica)")  # fmt: skip
+    # verl/workers/engine_workers.py:654-661: the hybrid worker group (trainer.nnodes x trainer.n_gpus_per_node,
+    # verl/trainer/ppo/v1/trainer_base.py:819) is split into replicas, assert world_size % infer_world_size == 0;
+    # verl/workers/rollout/llm_server.py:455-470 makes world_size // rollout_world_size replicas of it
+    if gpus % world:
+        return f"the {gpus} GPUs must split into whole replicas of {world} GPUs (verl's rollout device mesh)"
+    # verl/workers/rollout/vllm_rollout/vllm_async_server.py:1358-1364 (vLLMReplica.launch_servers): a replica starts
+    # one server per gpus_per_replica_node consecutive workers, on the first one's node, with their device ids;
+    # verl asserts nothing, but a replica smaller than a node that straddles two would put devices of one node into
+    # a server on the other
+    if world < replica_node_gpus and replica_node_gpus % world:
+        return (f"a replica of {world} GPUs would straddle two nodes of {replica_node_gpus} GPUs (verl starts each "
+                "replica's vLLM server on one node)")  # fmt: skip
+    # verl/workers/rollout/vllm_rollout/vllm_async_server.py:384-391: with data parallelism, assert
+    # gpus_per_node % tensor_model_parallel_size == 0, gpus_per_node being the replica's GPUs on a node
+    if dp > 1 and per_node % tp:
+        return (f"with data_parallel_size={dp}, the tensor-parallel size must divide the {per_node} GPUs a replica "
+                "has on a node (verl's vLLM server)")  # fmt: skip
+    return None
+
+
+def check_rollout_parallelism(config: DictConfig) -> None:
+    """The rollout's tensor-parallel size is one verl 0.9.1 builds hybrid replicas with: a replica (tensor x data x
+    pipeline parallel GPUs) fills whole nodes or fits in one, and the GPUs split into whole replicas, so a
+    tensor-parallel size may span nodes (16 on 2 x 8 GPUs). Only vLLM's and verl's own rules (cited in
+    :func:`_replica_problem`) are applied; the disaggregated prefill/decode layout adds its own."""
+    tp = _positive_int(config, TP_KEY)
+    sizes = []
+    for key in ROLLOUT_SIZES:
+        value = _get(config, key, 1)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(key, f"{value!r} is invalid: allowed an integer >= 1")
+        sizes.append(value)
+    dp, pp = sizes
+    nodes, node_gpus = _get(config, "trainer.nnodes"), _get(config, "trainer.n_gpus_per_node")
+    # verl/trainer/config/rollout/rollout.yaml:14: rollout.n_gpus_per_node defaults to trainer.n_gpus_per_node;
+    # llm_server.py:467 hands it to every replica
+    replica_node_gpus = _get(config, "actor_rollout_ref.rollout.n_gpus_per_node", node_gpus)
+    if isinstance(replica_node_gpus, bool) or not isinstance(replica_node_gpus, int) or replica_node_gpus < 1:
+        replica_node_gpus = node_gpus
+    gpus = nodes * node_gpus
+    problem = _replica_problem(tp, dp, pp, replica_node_gpus, gpus)
+    if problem is None:
+        return
+    allowed = [t for t in range(1, gpus + 1) if _replica_problem(t, dp, pp, replica_node_gpus, gpus) is None]
+    where = f"trainer.nnodes={nodes} x trainer.n_gpus_per_node={node_gpus}"
+    if (dp, pp) != (1, 1):
+        where += f", rollout data_parallel_size={dp} x pipeline_model_parallel_size={pp}"
+    choice = f"allowed {', '.join(map(str, allowed))}" if allowed else "no tensor-parallel size fits these sizes"
+    raise ConfigError(TP_KEY, f"{tp} is invalid on {where}: {problem}; {choice}")
+
+
 def check_sizes(config: DictConfig) -> None:
-    """Counts are integers >= 1; vLLM's tensor parallelism divides the GPUs of a node; the optimiser mini-batch
-    divides the step's prompts and its responses split evenly over the training processes; DAPO's overlong buffer
-    lies inside the response budget; validation takes at least one answer per problem."""
+    """Counts are integers >= 1; the rollout's replicas fit the GPUs (:func:`check_rollout_parallelism`); the
+    optimiser mini-batch divides the step's prompts and its responses split evenly over the training processes;
+    DAPO's overlong buffer lies inside the response budget; validation takes at least one answer per problem."""
     for key in POSITIVE_INTS:
         _positive_int(config, key)
     steps = _get(config, "trainer.total_training_steps")
     if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
         raise ConfigError("trainer.total_training_steps", f"{steps!r} is invalid: allowed an integer >= 1, or null "
                           "(the epochs decide)")  # fmt: skip
-    gpus, tp = _get(config, "trainer.n_gpus_per_node"), _get(config, "actor_rollout_ref.rollout.tensor_model_parallel_size")
-    if gpus % tp:
-        raise ConfigError("actor_rollout_ref.rollout.tensor_model_parallel_size", f"{tp} is invalid: it must divide "
-                          f"trainer.n_gpus_per_node={gpus}")  # fmt: skip
+    gpus = _get(config, "trainer.n_gpus_per_node")
+    check_rollout_parallelism(config)
     prompts, mini = _get(config, "data.train_batch_size"), _get(config, "actor_rollout_ref.actor.ppo_mini_batch_size")
     if prompts % mini:
         raise ConfigError("data.train_batch_size", f"{prompts} is invalid: it must be a multiple of "
@@ -156,5 +222,6 @@ def check_recipe(config: DictConfig) -> None:
     check_cpu_scale(config)
 
 
-__all__ = ["CPU_MODELS", "POSITIVE_INTS", "SINGLE_RANK_MODELS", "check_cpu_scale", "check_files", "check_loggers",
-           "check_recipe", "check_resume_path", "check_sizes"]  # fmt: skip
+__all__ = ["CPU_MODELS", "POSITIVE_INTS", "ROLLOUT_SIZES", "SINGLE_RANK_MODELS", "TP_KEY", "check_cpu_scale",
+           "check_files", "check_loggers", "check_recipe", "check_resume_path", "check_rollout_parallelism",
+           "check_sizes"]  # fmt: skip
