@@ -7,7 +7,8 @@
 #   MODEL_PATH DATA_DIR TRAIN_FILE VAL_FILE CKPTS_DIR WORK_DIR CKPT NNODES GPUS_PER_NODE GEN_TP SP_SIZE OFFLOAD
 #   PROJECT_NAME EXP_NAME LOGGERS VERL_EXT_CPU_PRECISION
 # Shorthands (each printed as the overrides it stands for):
-#   SCALE=cpu      scale=cpu: CPU mode on one machine, sizes shrunk (configs/scale/cpu.yaml)
+#   SCALE=cpu      scale=cpu: CPU mode on one machine, sizes shrunk (configs/scale/cpu.yaml); a scale= argument
+#                  that disagrees with it is an error
 #   MODEL=<m>      cpu_model=<m>, CPU mode's model: toy, tiny or smollm2 (configs/cpu_model/)
 #   LOSS=<loss>    recipe/cpu_tiny.sh's loss and its paper's settings (its two config groups)
 # The launcher's own switches:
@@ -46,9 +47,11 @@ recipe_launch() {
         env_overrides+=("$item")
     done <"$listed"
     rm -f "$listed"
-    if [[ "$name" == cpu_tiny || "${SCALE:-gpu}" == cpu ]]; then
-        # CPU mode: every process of the run (Ray workers, vLLM) inherits it; the composition's platform=cpu is
-        # what decides, and the entry point sets this itself when a command-line scale=cpu asks for CPU mode
+    # CPU mode (recipe/cpu_tiny.sh, SCALE=cpu or a scale=cpu argument: launch_env's rule): every process of the run
+    # (Ray workers, vLLM) inherits VERL_PLATFORM=cpu; the entry point checks it agrees with the composition
+    local platform
+    platform="$("$PYTHON" -m verl_ext.checks.launch_env platform "$name" "$@")" || exit 2
+    if [[ "$platform" == cpu ]]; then
         export VERL_PLATFORM=cpu
     fi
     local cmd=("$PYTHON" -m verl_ext.main_ppo --config-path "$here" --config-name "$name" "${env_overrides[@]}" "$@")

@@ -11,8 +11,8 @@
 #   every name of `python -m verl_ext.checks.launch_env names` (MODEL_PATH, DATA_DIR, ..., SCALE, MODEL, LOSS,
 #   DRY_RUN) but the launcher's PRINT_CMD (the job would print its command and train nothing) and PYTHON (this
 #   machine's interpreter; the job runs the nodes' python3), plus WANDB_MODE HF_HOME HF_HUB_OFFLINE
-#   HF_DATASETS_OFFLINE. They are checked here before submitting (a bad one exits 2 naming it). Steps, sizes, seeds
-#   and ratios are Hydra overrides: give them after RECIPE.
+#   HF_DATASETS_OFFLINE. They are checked here with the Hydra arguments before submitting (a bad one exits 2 naming
+#   it). Steps, sizes, seeds and ratios are Hydra overrides: give them after RECIPE.
 # The job's runtime environment holds only `working_dir` (a copy of recipe/: the scripts and their YAML
 # compositions, and a generated job.sh) and
 # `env_vars`: it installs nothing; verl, vLLM and verl_ext must already be installed on every node.
@@ -67,8 +67,9 @@ for name in $launch_names; do
     [[ " ${LAUNCHER_ONLY[*]} " == *" $name "* ]] || FORWARDED_VARS+=("$name")
 done
 FORWARDED_VARS+=("${OTHER_FORWARDED[@]}")
-# the job's launcher would reject a bad variable on the cluster: reject it here, before anything is submitted
-"$PYTHON" -m verl_ext.checks.launch_env overrides "$recipe" >/dev/null || exit 2
+# the job's launcher would reject a bad variable on the cluster: reject it here, before anything is submitted, with
+# the job's arguments (a scale=cpu argument makes the launch CPU mode, which takes CPU mode's variables)
+"$PYTHON" -m verl_ext.checks.launch_env overrides "$recipe" "$@" >/dev/null || exit 2
 
 stage="$(mktemp -d "${TMPDIR:-/tmp}/verl_ext_job.XXXXXX")"
 trap 'rm -rf "$stage"' EXIT

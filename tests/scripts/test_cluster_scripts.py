@@ -223,6 +223,37 @@ def test_submit_refuses_a_variable_the_recipe_does_not_take_before_submitting(fa
     assert not Path(fake_ray["FAKE_RAY_LOG"]).exists()
 
 
+def test_submit_checks_the_variables_with_the_jobs_arguments(fake_ray):
+    """CPU mode's variables given with a ``scale=cpu`` argument are what recipe/launch.sh accepts: submitted, and
+    the job's launch takes them; without the argument they are refused before anything is submitted."""
+    variables = {"WORK_DIR": "/w", "VERL_EXT_CPU_PRECISION": "fp32", "MODEL": "smollm2"}
+    res = run("submit.sh", "--dry-run", "dapo_kl_cov", "scale=cpu", "trainer.total_training_steps=2",
+              env={**fake_ray, **variables})  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    runtime_env = json.loads(res.stdout.splitlines()[0].removeprefix("runtime env: "))
+    assert runtime_env["env_vars"] == variables
+    assert "  exec bash recipe/dapo_kl_cov.sh scale=cpu trainer.total_training_steps=2" in res.stdout.splitlines()
+    token_file(fake_ray)
+    res = run("submit.sh", "dapo_kl_cov", "scale=cpu", env={**fake_ray, **variables})
+    assert res.returncode == 0, res.stderr
+    cmd = shlex.split(res.stdout.strip().splitlines()[-1])  # the job's launch (the fake ray runs it, PRINT_CMD=1)
+    assert cmd[7:] == ["verl_ext.recipe.work_dir='/w'", "verl_ext.cpu_precision='fp32'", "cpu_model=smollm2",
+                       "scale=cpu"]  # fmt: skip
+    Path(fake_ray["FAKE_RAY_LOG"]).unlink()
+    res = run("submit.sh", "dapo_kl_cov", env={**fake_ray, **variables})
+    assert res.returncode == 2 and "error: WORK_DIR is set, but it applies to CPU mode" in res.stderr, res.stderr
+    assert not Path(fake_ray["FAKE_RAY_LOG"]).exists()
+
+
+@pytest.mark.parametrize(("variable", "argument"), [("cpu", "gpu"), ("gpu", "cpu")])
+def test_submit_refuses_scale_and_a_scale_argument_that_disagree(fake_ray, variable, argument):
+    res = run("submit.sh", "dapo_clip_cov", f"scale={argument}", env={**fake_ray, "SCALE": variable})
+    assert res.returncode == 2
+    assert res.stderr.strip() == (f"error: SCALE={variable} and the argument scale={argument} disagree: "
+                                  f"SCALE={variable} stands for scale={variable}; give one of them")  # fmt: skip
+    assert not Path(fake_ray["FAKE_RAY_LOG"]).exists()
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -105,11 +105,65 @@ def test_without_variables_the_command_is_the_recipe_and_the_arguments(tmp_path)
 
 def test_scale_cpu_on_the_command_line_takes_the_cpu_variables(tmp_path):
     """``WORK_DIR=/w bash recipe/dapo_kl_cov.sh scale=cpu``: the launch is CPU mode, so CPU mode's variables apply;
-    the later of SCALE and a ``scale=`` argument decides, as Hydra's composition does."""
+    SCALE=cpu with the same argument too."""
     cmd = command("dapo_kl_cov", tmp_path, "scale=cpu", WORK_DIR="/w", MODEL="smollm2")
     assert cmd[7:] == ["verl_ext.recipe.work_dir='/w'", "cpu_model=smollm2", "scale=cpu"]
-    res = printed("dapo_kl_cov", tmp_path, "scale=gpu", SCALE="cpu", WORK_DIR="/w")
+    cmd = command("dapo_kl_cov", tmp_path, "scale=cpu", SCALE="cpu", WORK_DIR="/w")
+    assert cmd[7:] == ["verl_ext.recipe.work_dir='/w'", "scale=cpu", "scale=cpu"]
+    res = printed("dapo_kl_cov", tmp_path, "scale=gpu", WORK_DIR="/w")
     assert res.returncode == 2 and "error: WORK_DIR is set, but it applies to CPU mode" in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize(("variable", "argument"), [("cpu", "gpu"), ("gpu", "cpu")])
+def test_scale_and_a_scale_argument_that_disagree_exit_2_naming_both(variable, argument, tmp_path):
+    """``SCALE=cpu bash recipe/dapo_clip_cov.sh scale=gpu`` (and the other way round): one line naming both, from the
+    launcher's list (recipe/launch.sh and scripts/cluster/submit.sh read it), whatever else is set."""
+    line = (f"error: SCALE={variable} and the argument scale={argument} disagree: SCALE={variable} stands for "
+            f"scale={variable}; give one of them")  # fmt: skip
+    for extra in ({}, {"WORK_DIR": "/w"}, {"DRY_RUN": "1"}):
+        res = printed("dapo_clip_cov", tmp_path, "a.b=1", f"scale={argument}", SCALE=variable, **extra)
+        assert res.returncode == 2 and res.stderr.strip() == line, res.stderr
+        assert res.stdout == "" and "VERL_PLATFORM" not in res.stderr
+    res = printed("dapo_clip_cov", tmp_path, f"scale={argument}", f"scale={variable}", SCALE=variable)
+    assert res.returncode == 0, res.stderr  # the last scale= argument is the one Hydra applies
+
+
+def fake_python(tmp_path: Path) -> Path:
+    """An interpreter that runs everything with this one but ``-m verl_ext.main_ppo``, for which it prints the
+    VERL_PLATFORM it was started with."""
+    path = tmp_path / "python"
+    path.write_text(f"""#!/usr/bin/env bash
+if [[ "$1 $2" == "-m verl_ext.main_ppo" ]]; then echo "VERL_PLATFORM=${{VERL_PLATFORM-unset}}"; exit 0; fi
+exec {shlex.quote(sys.executable)} "$@"
+""")
+    path.chmod(0o755)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "variables", "platform"),
+    [
+        ("dapo_kl_cov", ("scale=cpu",), {}, "cpu"),
+        ("dapo_kl_cov", (), {"SCALE": "cpu"}, "cpu"),
+        ("dapo_kl_cov", ("scale=gpu", "scale=cpu"), {}, "cpu"),
+        ("cpu_tiny", (), {}, "cpu"),
+        ("dapo_kl_cov", (), {}, "unset"),
+        ("dapo_kl_cov", ("scale=gpu",), {"SCALE": "gpu"}, "unset"),
+        ("dapo_kl_cov", ("scale=cpu", "scale=gpu"), {}, "unset"),
+    ],
+)
+def test_the_launcher_exports_cpu_mode_as_the_list_decides_it(name, args, variables, platform, tmp_path):
+    """recipe/launch.sh exports VERL_PLATFORM=cpu (every process of the run inherits it) exactly for a CPU-mode
+    launch: recipe/cpu_tiny.sh, SCALE=cpu, or a last scale= argument of cpu."""
+    env = clean_env(tmp_path, PYTHON=str(fake_python(tmp_path)), **variables)
+    env.pop("PRINT_CMD")
+    res = subprocess.run(["bash", str(RECIPE_DIR / f"{name}.sh"), *args], capture_output=True, text=True, env=env,
+                         cwd=tmp_path, timeout=60)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == f"VERL_PLATFORM={platform}"
+    cli = subprocess.run([sys.executable, "-m", "verl_ext.checks.launch_env", "platform", name, *args],
+                         capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
+    assert cli.returncode == 0 and cli.stdout.strip() == ("gpu" if platform == "unset" else "cpu"), cli.stderr
 
 
 def test_generic_names_are_not_read(tmp_path):
@@ -179,4 +233,7 @@ def test_the_command_line_interface(tmp_path):
     assert cli("overrides", "gsm8k_grpo_erc", NNODES="2", PROJECT_NAME="p").stdout == "trainer.nnodes=2\0trainer.project_name='p'\0"
     bad = cli("overrides", "gsm8k_grpo_erc", OFFLOAD="2")
     assert bad.returncode == 2 and bad.stderr.strip() == "error: OFFLOAD='2' is invalid: allowed 0, 1"
+    assert cli("overrides", "gsm8k_grpo_erc", "scale=cpu", WORK_DIR="/w").stdout == "verl_ext.recipe.work_dir='/w'\0"
+    bad = cli("platform", "gsm8k_grpo_erc", "scale=gpu", SCALE="cpu")
+    assert bad.returncode == 2 and "SCALE=cpu and the argument scale=gpu disagree" in bad.stderr
     assert cli("bogus").returncode == 2

@@ -13,12 +13,14 @@ shorthands remain for the CPU recipes and print the overrides they stand for: ``
 A value is passed through as the key's value, and the composed config's validation checks it
 (:mod:`verl_ext.checks.recipe_checks`): a bad ``NNODES`` gives the same one-line error as a bad ``trainer.nnodes=``.
 Only what has no override form is checked here: a flag must be 0 or 1, a choice one of its values, a list non-empty,
-and a variable must belong to the recipe it is given to. A failure exits 2 naming the variable.
+a variable must belong to the recipe it is given to, and ``SCALE`` must agree with a ``scale=`` argument. A failure
+exits 2 naming the variable.
 
 Command line (used by ``recipe/launch.sh``, ``scripts/cluster/submit.sh`` and the docs)::
 
     python -m verl_ext.checks.launch_env overrides RECIPE [ARGS...]  # the overrides, NUL-separated (ARGS: the
                                                     # launch's Hydra arguments); exit 2 naming a bad variable
+    python -m verl_ext.checks.launch_env platform RECIPE [ARGS...]   # cpu or gpu: whether the launch is CPU mode
     python -m verl_ext.checks.launch_env names              # every variable name, one a line
     python -m verl_ext.checks.launch_env table              # the variables as a markdown table (docs/recipes.md)
 
@@ -122,9 +124,22 @@ def names() -> list[str]:
     return [v.name for v in VARIABLES]
 
 
+_INTERPOLATION = re.compile(r"(\\*)\$\{")
+_BEFORE_QUOTE = re.compile(r"(\\*)'")
+_TRAILING = re.compile(r"(\\+)$")
+
+
 def quote(value: str) -> str:
-    """``value`` as a Hydra override's quoted string (backslashes and single quotes escaped)."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    """``value`` as a Hydra override's single-quoted string that the composed config reads back exactly.
+
+    Two readers unescape it. OmegaConf, resolving the value, reads ``${`` as an interpolation: written ``\\${``, with
+    the backslashes before it doubled. Hydra's override parser (``hydra/grammar/OverrideLexer.g4``, ``QUOTED_VALUE``)
+    reads a quote after backslashes as ``\\'`` with the backslashes before it doubled, and the backslashes ending the
+    string doubled; every other backslash is literal."""
+    text = _INTERPOLATION.sub(lambda m: m.group(1) * 2 + "\\${", value)
+    text = _BEFORE_QUOTE.sub(lambda m: m.group(1) * 2 + "\\'", text)
+    text = _TRAILING.sub(lambda m: m.group(1) * 2, text)
+    return f"'{text}'"
 
 
 def _items(var: Variable, text: str) -> list[str]:
@@ -171,16 +186,30 @@ def overrides_for(var: Variable, text: str) -> list[str]:
     return []
 
 
+def cpu_mode(recipe: str, environ: Mapping[str, str] | None = None, args: Sequence[str] = ()) -> bool:
+    """Whether ``recipe`` launched with ``environ`` (default: this process's) and the Hydra arguments ``args`` runs in
+    CPU mode: ``recipe/cpu_tiny.sh``, or ``SCALE=cpu``, or a ``scale=cpu`` argument (the last ``scale=`` argument is
+    the one Hydra applies). ``SCALE`` and a ``scale=`` argument that disagree are an error naming both."""
+    environ = os.environ if environ is None else environ
+    if recipe == CPU_RECIPE:
+        return True
+    variable = environ.get("SCALE")
+    argument = None
+    for arg in args:
+        if arg.startswith("scale="):
+            argument = arg.removeprefix("scale=")
+    if variable in BY_NAME["SCALE"].choices and argument is not None and argument != variable:
+        raise LaunchEnvError(f"SCALE={variable} and the argument scale={argument} disagree: SCALE={variable} stands "
+                             f"for scale={variable}; give one of them")  # fmt: skip
+    return (argument if argument is not None else variable) == "cpu"
+
+
 def overrides(recipe: str, environ: Mapping[str, str] | None = None, args: Sequence[str] = ()) -> list[str]:
     """The overrides the variables set in ``environ`` (default: this process's) make for ``recipe`` launched with the
     Hydra arguments ``args``, in :data:`VARIABLES`' order; a variable that does not apply to ``recipe`` is an error
-    naming it. CPU mode is ``SCALE=cpu`` or, the later one winning, a ``scale=cpu`` argument."""
+    naming it, and so are ``SCALE`` and a ``scale=`` argument that disagree (:func:`cpu_mode`)."""
     environ = os.environ if environ is None else environ
-    scale = environ.get("SCALE", "gpu")
-    for arg in args:
-        if arg.startswith("scale="):
-            scale = arg.removeprefix("scale=")
-    cpu = recipe == CPU_RECIPE or (recipe != CPU_RECIPE and scale == "cpu")
+    cpu = cpu_mode(recipe, environ, args)
     out: list[str] = []
     for var in VARIABLES:
         if var.name not in environ:
@@ -213,15 +242,19 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["table"] and len(argv) == 1:
         print(table())
         return 0
-    if argv[:1] == ["overrides"] and len(argv) >= 2:
+    if argv[:1] in (["overrides"], ["platform"]) and len(argv) >= 2:
         try:
+            if argv[0] == "platform":
+                print("cpu" if cpu_mode(argv[1], args=argv[2:]) else "gpu")
+                return 0
             items = overrides(argv[1], args=argv[2:])
         except LaunchEnvError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         sys.stdout.write("".join(f"{item}\0" for item in items))
         return 0
-    print("usage: python -m verl_ext.checks.launch_env names | table | overrides RECIPE [ARGS...]", file=sys.stderr)
+    print("usage: python -m verl_ext.checks.launch_env names | table | overrides RECIPE [ARGS...] | platform RECIPE "
+          "[ARGS...]", file=sys.stderr)  # fmt: skip
     return 2
 
 
