@@ -8,6 +8,7 @@ verl's own outputs. Both trainers (:mod:`verl_ext.trainer`) mix it in.
 | ``checkpoints`` | where verl's trainers save and load a step's checkpoint (resume modes) |
 | ``run_log`` | verl's file log continued (not truncated) when a run resumes from a checkpoint |
 | ``watchdog`` | a dead actor or vLLM engine of the run stops it, naming it, its node, the last step and checkpoint |
+| ``engine_health`` | the rollout servers' ``/health``, asked straight (no proxy), every server at once |
 
 May import: ``verl_ext.config``, ``contract``, ``losses`` and ``control``; never the trainer, the checks or anything
 above them.

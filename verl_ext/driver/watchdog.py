@@ -23,7 +23,6 @@ checkpoint is whole and ``trainer.resume_mode=auto`` resumes from it. Keys: ``ve
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import sys
@@ -35,6 +34,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from verl_ext.config import PrefixedConfig
+from verl_ext.driver.engine_health import (DEAD_ENGINE_STATUS, HEALTH_TIMEOUT_S, Probe, ServerAddresses,
+                                             engine_health, http_address)
 
 POLL_S = 5.0
 """Seconds between two reads of Ray's actor table (default of ``verl_ext.watchdog.poll_s``)."""
@@ -53,11 +54,6 @@ SERVER_CLASSES = ("vLLMHttpServer",)
 """verl's rollout server actors whose engine's ``/health`` is asked (``verl/workers/rollout/vllm_rollout``)."""
 HEALTH_FAILURES = 2
 """Failed checks in a row (``poll_s`` apart) that make an engine dead (default of ``verl_ext.watchdog``'s key)."""
-HEALTH_TIMEOUT_S = 10.0
-"""Seconds a ``/health`` request may take; longer is a busy engine, not a dead one (default of the key)."""
-DEAD_ENGINE_STATUS = 503
-"""What vLLM's ``/health`` answers for a dead engine (``vllm/entrypoints/serve/instrumentator/health.py``: 503 on
-``EngineDeadError``, 200 otherwise)."""
 CHECKPOINT_TRACKER = "latest_checkpointed_iteration.txt"
 """verl's record of the latest complete checkpoint, in ``trainer.default_local_dir``."""
 
@@ -180,62 +176,6 @@ def latest_checkpoint(ckpt_dir: str | None) -> str | None:
     return f"global_step_{step}" if step else None
 
 
-def http_address(host: str, port: int | str) -> str:
-    """``host:port``, an IPv6 host in brackets (``[::1]:8000``)."""
-    host = str(host)
-    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
-
-
-class ServerAddresses:
-    """``host:port`` of each rollout server actor's HTTP endpoint (its ``get_server_address``), asked without waiting:
-    while a server starts, the call is queued behind its construction or fails (``port is None``); its answer is
-    collected at a later poll, so no call is left unread (Ray would log an unread failure as an unhandled error)."""
-
-    def __init__(self) -> None:
-        self._pending: dict[str, Any] = {}
-
-    def __call__(self, entry: dict[str, Any]) -> str | None:
-        """The server's address, or ``None`` while it has none (asked again at the next poll)."""
-        import ray
-
-        key = str(entry.get("ActorID"))
-        ref = self._pending.get(key)
-        if ref is None:
-            handle = ray.get_actor(entry["Name"], namespace=entry.get("RayNamespace"))
-            ref = self._pending[key] = handle.get_server_address.remote()
-        ready, _ = ray.wait([ref], timeout=0)
-        if not ready:
-            return None
-        del self._pending[key]
-        try:
-            host, port = ray.get(ref)
-        except Exception:  # its HTTP server not up yet: ask again
-            return None
-        return http_address(host, port) if host and port else None
-
-
-def engine_health(address: str, timeout_s: float = HEALTH_TIMEOUT_S) -> bool | None:
-    """Ask vLLM's ``/health`` at ``address`` (``host:port`` or ``[v6 host]:port``), straight to the server: no proxy
-    of the environment is used. ``True``: it answered 200; ``False``: the engine is dead (503, vLLM's answer for a dead
-    engine, or the connection refused by the server's address); ``None``: no answer (a timeout, a reset, any other
-    status or failure)."""
-    host, _, port = address.rpartition(":")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not host or not port.isdigit():
-        raise ValueError(f"{address!r} is not host:port")
-    connection = http.client.HTTPConnection(host, int(port), timeout=timeout_s)
-    try:
-        connection.request("GET", "/health")
-        status = connection.getresponse().status
-    except ConnectionRefusedError:
-        return False
-    except (OSError, http.client.HTTPException):  # timeouts, resets, unreachable: no answer
-        return None
-    finally:
-        connection.close()
-    return True if status == 200 else False if status == DEAD_ENGINE_STATUS else None
-
-
 def ray_actor_table(job: str) -> dict[str, dict[str, Any]]:
     """This job's entries of Ray's actor table, from the GCS (``ray._private.state.actors(job_id=ray.JobID)``: no
     dashboard needed); ``job`` is the job id's hex."""
@@ -268,22 +208,6 @@ def shutdown_ray(timeout_s: float = SHUTDOWN_S) -> None:
     done.join(timeout_s)
 
 
-class _Probe(threading.Thread):
-    """One ``/health`` check in a daemon thread of its own (a hung check never holds the process at exit)."""
-
-    def __init__(self, health: Callable[[str], bool | None], address: str) -> None:
-        super().__init__(name="verl_ext-watchdog-probe", daemon=True)
-        self._health, self.address = health, address
-        self.answer: bool | None = None
-        self.error: Exception | None = None
-
-    def run(self) -> None:  # noqa: D102 (threading.Thread)
-        try:
-            self.answer = self._health(self.address)
-        except Exception as exc:  # said by the watchdog; no answer
-            self.error = exc
-
-
 class Watchdog(threading.Thread):
     """Polls this job's actors in Ray's actor table for an unexpected death (:func:`death_of`) and the rollout
     servers' ``/health``; on the first death, records :attr:`report` and calls ``on_death``, then exits the process
@@ -308,7 +232,7 @@ class Watchdog(threading.Thread):
         self._address = address or ServerAddresses()
         self._health = health or (lambda where: engine_health(where, self.health_timeout_s))
         self._servers: dict[str, dict[str, Any]] = {}  # actor id -> address, failures in a row
-        self._probes: dict[str, _Probe] = {}  # actor id -> its check still running
+        self._probes: dict[str, Probe] = {}  # actor id -> its check still running
         self._unread: dict[str, list[Any]] = {}  # what it cannot read -> [since, said blind]
         self._stopped = threading.Event()
         self.report: str | None = None
@@ -360,7 +284,7 @@ class Watchdog(threading.Thread):
         second), ``None`` for a server whose check has not ended (it is not asked again until it has)."""
         for key, where in addresses.items():
             if key not in self._probes:
-                self._probes[key] = _Probe(self._health, where)
+                self._probes[key] = Probe(self._health, where)
                 self._probes[key].start()
         deadline = time.monotonic() + self.health_timeout_s + 1.0
         answers: dict[str, bool | None] = {}
