@@ -163,7 +163,7 @@ def run(config: DictConfig) -> int:
     try:
         run_ppo(config, task_runner_class=task_runner_class(config))
     except BaseException as exc:  # the watchdog ended the TaskRunner: verl's wait on it raises (RayActorError)
-        if watchdog is None or watchdog.report is None:
+        if watchdog is None or watchdog_report(watchdog, exc) is None:
             raise
         import ray
 
@@ -176,6 +176,40 @@ def run(config: DictConfig) -> int:
         if watchdog is not None:
             watchdog.stop()
     return 0
+
+
+REPORT_WAIT_S = 45.0
+"""Seconds a Ray error of the trainer waits for the watchdog's report before it is raised alone: an actor on a lost
+node is unreachable (``ActorUnavailableError``) before Ray's health checks mark the node dead (~15 s by default)."""
+
+
+def lost_a_worker(exc: BaseException) -> bool:
+    """``exc`` (or what it wraps: a remote task's error, an exception's cause) is Ray's word for an actor, worker or
+    node that is gone - not an exception the trainer's own code raised."""
+    from ray import exceptions as rex
+
+    lost = (rex.RayActorError, rex.NodeDiedError, rex.WorkerCrashedError, rex.ObjectLostError, rex.LocalRayletDiedError)
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, lost):
+            return True
+        exc = getattr(exc, "cause", None) if isinstance(exc, rex.RayTaskError) else exc.__cause__
+    return False
+
+
+def watchdog_report(watchdog: Watchdog, exc: BaseException) -> str | None:
+    """The watchdog's report of the death behind the trainer's exception ``exc``: at once if it has one, else - for
+    Ray's errors of a lost actor, worker or node (:func:`lost_a_worker`) - after waiting up to :data:`REPORT_WAIT_S`
+    (or three polls, if longer) for it to find the dead actor or node; ``None`` when it found none."""
+    if watchdog.report is not None:
+        return watchdog.report
+    if not lost_a_worker(exc):
+        return None
+    wait_s = max(REPORT_WAIT_S, 3 * watchdog.poll_s)
+    print(f"verl_ext: the trainer stopped on a Ray error ({type(exc).__name__}): waiting up to {wait_s:.0f} s for the "
+          "watchdog to find which actor or node died", file=sys.stderr)  # fmt: skip
+    return watchdog.wait_for_report(wait_s)
 
 
 def start_watchdog(config: DictConfig) -> Watchdog | None:

@@ -356,8 +356,6 @@ def test_a_node_lost_mid_run_stops_the_run_in_bounded_time(cluster):
     assert "Job entrypoint command failed with exit code 1" in log, log[-6000:]
 
 
-@pytest.mark.xfail(strict=True, reason="verl_ext.main_ppo re-raises Ray's ActorUnavailableError (which names no node) "
-                   "when verl's wait fails before the watchdog has seen the node's death in Ray's actor table")
 def test_the_stopped_run_names_the_lost_node(cluster):
     """The driver's last word names the lost node's address: the watchdog's ``verl_ext: stopped: ...`` line (or its
     ``error: Ray actor ... died`` line)."""

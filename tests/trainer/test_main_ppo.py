@@ -279,17 +279,26 @@ class FakeWatchdog:
     found (None: nothing)."""
 
     REPORT: str | None = None
+    LATE_REPORT: str | None = None
+    """What it finds while the entry point waits (``wait_for_report``)."""
     made: list = []
+    waits: list = []
 
     def __init__(self, **kwargs):
         FakeWatchdog.made.append(kwargs)
         self.report = FakeWatchdog.REPORT
+        self.poll_s = kwargs.get("poll_s", 5.0)
 
     def start(self):
         pass
 
     def stop(self):
         pass
+
+    def wait_for_report(self, timeout_s):
+        FakeWatchdog.waits.append(timeout_s)
+        self.report = self.report or FakeWatchdog.LATE_REPORT
+        return self.report
 
 
 @pytest.fixture()
@@ -301,6 +310,8 @@ def fake_watchdog(monkeypatch, tmp_path):
     monkeypatch.setattr(main_ppo, "Watchdog", FakeWatchdog)
     monkeypatch.setattr(FakeWatchdog, "made", [])
     monkeypatch.setattr(FakeWatchdog, "REPORT", None)
+    monkeypatch.setattr(FakeWatchdog, "LATE_REPORT", None)
+    monkeypatch.setattr(FakeWatchdog, "waits", [])
     monkeypatch.setattr(ray, "shutdown", lambda: None)
     monkeypatch.chdir(tmp_path)  # the run saves its resolved config under trainer.default_local_dir (relative)
     return FakeWatchdog
@@ -968,3 +979,63 @@ def test_a_bad_keep_verl_cov_under_verls_own_entry_point_refuses_clip_cov_naming
     for name, line in zip(("clip_cov", "kl_cov"), lines):
         assert line.startswith(f"{name} VERL_EXT_KEEP_VERL_COV='yes' is invalid: allowed 0 "), line
         assert "or 1 (keep verl's built-ins)" in line, line
+
+
+def _actor_unavailable():
+    from ray.exceptions import ActorUnavailableError
+
+    return ActorUnavailableError("The actor is temporarily unavailable: Socket closed", b"\x01" * 16)
+
+
+def test_a_lost_node_the_watchdog_finds_after_the_trainer_failed_is_named(compose, monkeypatch, fake_watchdog,
+                                                                           capsys):
+    """The TaskRunner on a lost node is unreachable (ActorUnavailableError) seconds before Ray's table marks the node
+    dead: the entry point waits for the watchdog's report and prints it, instead of a traceback naming no node."""
+    import verl.trainer.main_ppo as verl_main
+
+    from verl_ext import main_ppo
+
+    def trainer(config, task_runner_class):
+        raise _actor_unavailable()
+
+    monkeypatch.setattr(verl_main, "run_ppo", trainer)
+    fake_watchdog.LATE_REPORT = "Ray actor VerlExtTaskRunnerV1 (id 0123, pid 7, node 10.77.0.2) died: NODE_DIED"
+    assert main_ppo.run(compose()) == 1
+    assert fake_watchdog.waits == [main_ppo.REPORT_WAIT_S]
+    err = capsys.readouterr().err.rstrip().splitlines()
+    assert err[-1] == f"verl_ext: stopped: {fake_watchdog.LATE_REPORT}"
+    assert any("ActorUnavailableError" in line for line in err)
+
+
+def test_an_exception_of_the_trainers_own_code_is_raised_without_waiting(compose, monkeypatch, fake_watchdog):
+    import verl.trainer.main_ppo as verl_main
+
+    from verl_ext import main_ppo
+
+    def trainer(config, task_runner_class):
+        raise ValueError("a bug in a reward function")
+
+    monkeypatch.setattr(verl_main, "run_ppo", trainer)
+    fake_watchdog.LATE_REPORT = "never asked for"
+    with pytest.raises(ValueError, match="a bug"):
+        main_ppo.run(compose())
+    assert fake_watchdog.waits == []
+
+
+def test_rays_errors_of_a_lost_worker_are_told_from_the_trainers_own():
+    from ray.exceptions import ActorDiedError, RayTaskError
+
+    from verl_ext.main_ppo import lost_a_worker
+
+    assert lost_a_worker(_actor_unavailable()) and lost_a_worker(ActorDiedError())
+    wrapped = RayTaskError("TaskRunner.run", "Traceback ...", ActorDiedError())  # a worker lost under the TaskRunner
+    assert lost_a_worker(wrapped)
+    assert not lost_a_worker(RayTaskError("TaskRunner.run", "Traceback ...", ValueError("a bug")))
+    assert not lost_a_worker(RuntimeError("NCCL error"))
+    try:
+        try:
+            raise ActorDiedError()
+        except ActorDiedError as inner:
+            raise RuntimeError("wrapped") from inner
+    except RuntimeError as outer:
+        assert lost_a_worker(outer)

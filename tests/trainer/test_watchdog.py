@@ -571,3 +571,32 @@ def test_the_keys_reach_the_watchdog():
     settings = wd.WatchdogConfig.from_mapping({"poll_s": 2, "health_failures": 4, "health_timeout_s": 3})
     assert (settings.poll_s, settings.health_failures, settings.health_timeout_s) == (2.0, 4, 3.0)
     assert isinstance(settings.poll_s, float)
+
+
+def test_a_death_found_after_the_trainer_failed_is_waited_for():
+    """An actor on a lost node is unreachable before Ray marks the node dead: the trainer's wait fails first, and the
+    entry point waits (``wait_for_report``) for the death the watchdog finds a few polls later."""
+    polls = iter([{"a": entry()}] * 20)
+    dog = wd.Watchdog(poll_s=0.01, table=lambda job: next(polls, {"a": entry("DEAD", died("NODE_DIED", "lost"))}),
+                      job_id=lambda: JOB, ready=lambda: True, on_death=lambda: None, grace_s=5.0,
+                      exit_process=lambda code: None)  # fmt: skip
+    dog.start()
+    try:
+        assert dog.report is None  # nothing yet when the trainer failed
+        report = dog.wait_for_report(10)
+        assert report is not None and "NODE_DIED" in report and "node 127.0.0.1" in report
+    finally:
+        dog.stop()
+        dog.join(10)
+
+
+def test_waiting_for_a_report_that_never_comes_ends_at_its_timeout():
+    dog = wd.Watchdog(poll_s=0.01, table=lambda job: {"a": entry()}, job_id=lambda: JOB, ready=lambda: True)
+    dog.start()
+    try:
+        started = time.monotonic()
+        assert dog.wait_for_report(0.3) is None
+        assert 0.25 < time.monotonic() - started < 5
+    finally:
+        dog.stop()
+        dog.join(10)

@@ -235,11 +235,19 @@ class Watchdog(threading.Thread):
         self._probes: dict[str, Probe] = {}  # actor id -> its check still running
         self._unread: dict[str, list[Any]] = {}  # what it cannot read -> [since, said blind]
         self._stopped = threading.Event()
+        self._reported = threading.Event()
         self.report: str | None = None
 
     def stop(self) -> None:
         """End the watch (the run ended on its own)."""
         self._stopped.set()
+
+    def wait_for_report(self, timeout_s: float) -> str | None:
+        """The report, waiting up to ``timeout_s`` for a death to be found (``None`` if none was): the trainer's own
+        wait can fail first - an actor on a lost node is unreachable seconds before Ray's table marks the node dead."""
+        if self.is_alive():
+            self._reported.wait(timeout_s)
+        return self.report
 
     def check(self, job: str) -> Death | None:
         """The first unexpected death among ``job``'s actors in the table now, or of a rollout server's engine.
@@ -365,11 +373,13 @@ class Watchdog(threading.Thread):
             except Exception as exc:
                 _say(f"error: the watchdog could not read the last step or checkpoint ({exc!r})")
             _say(f"error: {self.report}")
+            self._reported.set()
             self._on_death()
         except Exception as exc:
             _say(f"error: the watchdog could not end the run's TaskRunner ({exc!r}): the process exits in "
                  f"{self.grace_s:.0f} s")  # fmt: skip
         finally:
+            self._reported.set()
             if not self._stopped.wait(self.grace_s):
                 _say(f"error: the run did not stop within {self.grace_s:.0f} s: shutting Ray down and exiting")
                 try:
@@ -385,7 +395,8 @@ class Watchdog(threading.Thread):
         known = [n for n in (last_step(self.run_log), int(saved) if saved.isdigit() else None) if n]
         step = max(known) if known else None
         return (f"{death.describe()}. The run cannot progress and stops: last completed step "
-                f"{step if step is not None else 'unknown (no file log)'}, latest checkpoint "
+                f"{step if step is not None else 'none recorded' if self.run_log else 'unknown (no file log)'}, "
+                f"latest checkpoint "
                 f"{ckpt or 'none'}{f' in {self.ckpt_dir}' if ckpt else ''}")  # fmt: skip
 
 
