@@ -141,3 +141,18 @@ def test_the_gen_tp_variable_says_a_replica_may_span_nodes():
     assert "divides GPUS_PER_NODE, or a multiple of it dividing NNODES x GPUS_PER_NODE" in meaning, meaning
     docs = (Path(__file__).resolve().parents[2] / "docs" / "recipes.md").read_text()
     assert "it must divide trainer.n_gpus_per_node" not in docs
+
+
+@pytest.mark.parametrize("value", [0, "eight", True])
+def test_a_bad_rollout_gpus_per_node_is_refused_naming_it(value):
+    """``actor_rollout_ref.rollout.n_gpus_per_node`` sizes the replicas: a bad value is an error, not replaced."""
+    from omegaconf import OmegaConf
+
+    from verl_ext.checks.recipe_checks import check_rollout_parallelism
+    from verl_ext.config import ConfigError
+
+    config = OmegaConf.create({"trainer": {"nnodes": 2, "n_gpus_per_node": 8},
+                               "actor_rollout_ref": {"rollout": {"tensor_model_parallel_size": 16,
+                                                                 "n_gpus_per_node": value}}})  # fmt: skip
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref\.rollout\.n_gpus_per_node: .* allowed an integer >= 1"):
+        check_rollout_parallelism(config)

@@ -102,9 +102,12 @@ def check_rollout_parallelism(config: DictConfig) -> None:
     nodes, node_gpus = _get(config, "trainer.nnodes"), _get(config, "trainer.n_gpus_per_node")
     # verl/trainer/config/rollout/rollout.yaml:14: rollout.n_gpus_per_node defaults to trainer.n_gpus_per_node;
     # llm_server.py:467 hands it to every replica
-    replica_node_gpus = _get(config, "actor_rollout_ref.rollout.n_gpus_per_node", node_gpus)
-    if isinstance(replica_node_gpus, bool) or not isinstance(replica_node_gpus, int) or replica_node_gpus < 1:
+    replica_node_gpus = _get(config, "actor_rollout_ref.rollout.n_gpus_per_node", None)
+    if replica_node_gpus is None:  # unset: verl's own default
         replica_node_gpus = node_gpus
+    elif isinstance(replica_node_gpus, bool) or not isinstance(replica_node_gpus, int) or replica_node_gpus < 1:
+        raise ConfigError("actor_rollout_ref.rollout.n_gpus_per_node", f"{replica_node_gpus!r} is invalid: allowed an "
+                          "integer >= 1, or null (trainer.n_gpus_per_node)")  # fmt: skip
     gpus = nodes * node_gpus
     problem = _replica_problem(tp, dp, pp, replica_node_gpus, gpus)
     if problem is None:
