@@ -52,12 +52,40 @@ def test_a_bad_measurement_is_held_counted_and_not_learned(name, bad):
     value, metrics = made.update(len(GOOD) + 1, bad)
     assert value == before[-1][0] and math.isfinite(value)
     assert metrics[CONTROL_VALUE] == value and metrics[CONTROL_BAD_STEPS] == 1.0
-    assert frozen(made) == state  # nothing learned from it
-    # afterwards it continues as a run that never saw the bad step (its state is the same), and stays finite
+    unchanged = frozen(made) == state
     after = run(made, [0.36, 0.41], start=len(GOOD) + 2)
-    expected = run(clean, [0.36, 0.41], start=len(GOOD) + 2)
-    assert [v for v, _ in after] == [v for v, _ in expected] and all(math.isfinite(v) for v, _ in after)
+    assert all(math.isfinite(v) for v, _ in after)
     assert after[-1][1][CONTROL_BAD_STEPS] == 1.0  # the counter is logged on every step and keeps the run's total
+    if name == "auto":  # nothing learned, but the model moves over the step: test_a_held_step_advances_autos_model
+        return
+    assert unchanged  # nothing learned from it
+    # afterwards it continues as a run that never saw the bad step (its state is the same)
+    expected = run(clean, [0.36, 0.41], start=len(GOOD) + 2)
+    assert [v for v, _ in after] == [v for v, _ in expected]
+
+
+@pytest.mark.parametrize("bad", [math.nan, 0.0])
+def test_a_held_step_advances_autos_model(bad):
+    """A held step still lasts a step: each filter predicts over it (``c_b += 1``, ``c_g += a_{t-1-L}``,
+    ``P += 1 - lambda``) without learning (its normal equations, columns 4..11, unchanged), and the held value joins
+    the actions, so the next measurement's acting coordinate is the one from ``lag + 1`` steps back. The outlier path
+    does the same: both states match."""
+    made, twin = make("auto"), make("auto")
+    run(made, GOOD)
+    run(twin, GOOD)
+    st = made.controller.state
+    before = [list(row) for row in st.bank]
+    acting = st.actions[-1 - made.controller.lag]
+    value, _ = made.update(len(GOOD) + 1, bad)
+    for row, old, lam in zip(st.bank, before, self_tuning.NOISE_RATIOS):
+        assert row[4:] == old[4:]
+        assert row[1:4] == pytest.approx([old[1] + 1.0, old[2] + acting, old[3] + 1.0 - lam], rel=1e-12)
+    assert st.actions[-1] == pytest.approx(value, rel=1e-12) and st.seen == len(GOOD)
+    mean, sd = predicted_sd(twin)
+    assert twin.update(len(GOOD) + 1, math.exp(mean + 10.0 * sd))[1][self_tuning.OUTLIER] == 1.0
+    assert (st.bank, st.actions, st.estimate) == (twin.controller.state.bank, twin.controller.state.actions,
+                                                  twin.controller.state.estimate)  # fmt: skip
+    assert made.update(len(GOOD) + 2, 0.4)[0] == twin.update(len(GOOD) + 2, 0.4)[0]
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -235,3 +263,75 @@ def test_a_held_step_leaves_pis_integral_alone_when_the_selection_is_limited():
     made.update(2, math.nan)
     made.actuator_limited(True, metrics)
     assert made.state.integral == integral and metrics["entropy_control/limited"] == 1.0
+
+
+# ----------------------------------------------------------------------------------------------------------
+# auto's model before its actions exist, the resume check of its coordinates, implausible measurements
+
+
+@pytest.mark.parametrize("actuator, keys, rest", [
+    ("cov_ratio", dict(ratio_init=0.002), math.log(0.002 / 1e-4)),   # log(ratio / ratio_min) = 3.0
+    ("clip_high", dict(clip_high_init=0.28), 0.28 - 0.2),            # eps_high - clip_high_min = 0.08
+])  # fmt: skip
+def test_before_lag_plus_one_actions_auto_takes_the_actuator_at_its_init(actuator, keys, rest):
+    """With lag 1, the entropy measured at step 2 moved under the value set before step 1: the actuator's init.
+    Step 2's prediction adds ``g a`` with that coordinate, so each filter's normal equation in ``g`` gains
+    ``a^2 / S`` with ``S = 1 + lambda`` (its prediction variance after one step from ``P = lambda``)."""
+    made = EntropyController(EntropyControlConfig(enable=True, actuator=actuator, target=0.4, **keys))
+    made.update(1, 0.5)
+    made.update(2, 0.45)
+    for row, lam in zip(made.controller.state.bank, self_tuning.NOISE_RATIOS):
+        assert row[6] == pytest.approx(rest * rest / (1.0 + lam), rel=1e-9), lam
+
+
+@pytest.mark.parametrize("actuator, key, ours, theirs", [
+    ("cov_ratio", "ratio_min", dict(ratio_init=0.002), dict(ratio_init=0.002, ratio_min=1e-3)),
+    ("clip_high", "clip_high_min", dict(clip_high_init=0.28), dict(clip_high_init=0.28, clip_high_min=0.1)),
+])  # fmt: skip
+def test_a_resume_with_another_range_bottom_is_an_error_naming_it(actuator, key, ours, theirs):
+    """auto's saved coordinates are measured from the range's bottom: another bottom would reinterpret them."""
+    made = EntropyController(EntropyControlConfig(enable=True, actuator=actuator, target=0.4, **ours))
+    run(made, GOOD[:4])
+    saved = json.loads(json.dumps(made.state_dict()))
+    with pytest.raises(ConfigError) as info:
+        EntropyController(EntropyControlConfig(enable=True, actuator=actuator, target=0.4, **theirs)).load_state_dict(saved)
+    assert info.value.key == f"verl_ext.entropy_control.{key}"
+    EntropyController(EntropyControlConfig(enable=True, actuator=actuator, target=0.4, **ours)).load_state_dict(saved)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_an_entropy_above_log_of_the_vocabulary_is_unusable(name):
+    """No distribution over 100 tokens has more than log(100) = 4.605 nats: 4.7 is held and counted, 4.6 is taken."""
+    made = EntropyController(EntropyControlConfig(enable=True, target=0.4, **CASES[name]), vocab_size=100)
+    before = run(made, GOOD)
+    value, metrics = made.update(len(GOOD) + 1, 4.7)
+    assert value == before[-1][0] and metrics[CONTROL_BAD_STEPS] == 1.0
+    assert made.update(len(GOOD) + 2, 4.6)[1][CONTROL_BAD_STEPS] == 1.0
+    with pytest.raises(RuntimeError, match=r"above log\(vocab_size\) = 4.605"):
+        EntropyController(EntropyControlConfig(enable=True, target=0.4, max_bad_steps=1, **CASES[name]),
+                          vocab_size=100).update(1, 5.0)  # fmt: skip
+
+
+def test_the_driver_bounds_entropy_by_the_larger_of_the_models_and_the_tokenizers_vocabulary(tmp_path):
+    from omegaconf import OmegaConf
+
+    from verl_ext.driver.mixin import vocabulary_size
+
+    (tmp_path / "config.json").write_text(json.dumps({"vocab_size": 49152}))
+    config = OmegaConf.create({"actor_rollout_ref": {"model": {"path": str(tmp_path)}}})
+    assert vocabulary_size(config) == 49152
+    assert vocabulary_size(config, tokenizer=["t"] * 50000) == 50000
+    hub = OmegaConf.create({"actor_rollout_ref": {"model": {"path": "org/model"}}})
+    assert vocabulary_size(hub) is None and vocabulary_size(hub, tokenizer=["t"] * 300) == 300
+
+
+def test_before_ten_measurements_one_finite_garbage_value_does_not_set_autos_estimates():
+    """The 4th measurement reads 1000 nats (finite, no vocabulary bound given): auto skips it as an outlier (its
+    normal equations unchanged) instead of learning a drift and a noise from it; the next honest one is taken."""
+    made = make("auto")
+    run(made, GOOD[:3])
+    learned = [row[4:] for row in made.controller.state.bank]
+    value, metrics = made.update(4, 1000.0)
+    assert metrics[self_tuning.OUTLIER] == 1.0 and [row[4:] for row in made.controller.state.bank] == learned
+    assert made.update(5, 0.38)[1][self_tuning.OUTLIER] == 0.0
+    assert 0.2 < math.exp(made.controller.state.estimate[0]) < 0.6

@@ -79,16 +79,33 @@ def test_entropic_law_on_a_trajectory_computed_by_hand():
       H 1.4: e = -0.4, alpha = -(-0.4 + 0.5 * 0)    =  0.4,  I = -0.4
       H 1.2: e = -0.2, alpha = -(-0.2 + 0.5 * -0.4) =  0.4,  I = -0.6
       H 0.5: e =  0.5, alpha = -(0.5 + 0.5 * -0.6)  = -0.2,  I = -0.1
-      H 3.0: e = -2.0, alpha = -(-2 + 0.5 * -0.1)   =  2.05 -> 1 (clamped), I = -2.1 (no anti-windup)
-      H 1.0: e =  0.0, alpha = -(0 + 0.5 * -2.1)    =  1.05 -> 1 (clamped), I = -2.1"""
+      H 3.0: e = -2.0, alpha = -(-2 + 0.5 * -0.1)   =  2.05 -> 1 (clamped, pushing up), I = -0.1 (anti-windup)
+      H 1.0: e =  0.0, alpha = -(0 + 0.5 * -0.1)    =  0.05,              I = -0.1
+    EntroPIC's own code (no anti-windup) integrates the clamped step: I = -2.1, and alpha stays clamped at 1 after."""
     cfg = EntropyControlConfig(enable=True, controller="entropic", actuator="pos_weight", target=1.0, entropic_kp=1.0,
                                entropic_ki=0.5, entropic_integral_per="step")  # fmt: skip
-    got = trajectory(EntropyController(cfg), [1.4, 1.2, 0.5, 3.0, 1.0])
-    expected = [(0.4, -0.4, 0), (0.4, -0.6, 0), (-0.2, -0.1, 0), (1.0, -2.1, 1), (1.0, -2.1, 1)]
-    for step, (m, (alpha, integral, saturated)) in enumerate(zip(got, expected)):
-        assert m["entropy_control/pos_weight"] == pytest.approx(alpha, abs=1e-12), step
-        assert m["entropy_control/integral"] == pytest.approx(integral, abs=1e-12), step
-        assert m["entropy_control/saturated"] == saturated, step
+    theirs = EntropyController(cfg)
+    theirs.controller.anti_windup = False
+    for made, expected in (
+        (EntropyController(cfg), [(0.4, -0.4, 0), (0.4, -0.6, 0), (-0.2, -0.1, 0), (1.0, -0.1, 1), (0.05, -0.1, 0)]),
+        (theirs, [(0.4, -0.4, 0), (0.4, -0.6, 0), (-0.2, -0.1, 0), (1.0, -2.1, 1), (1.0, -2.1, 1)]),
+    ):
+        got = trajectory(made, [1.4, 1.2, 0.5, 3.0, 1.0])
+        for step, (m, (alpha, integral, saturated)) in enumerate(zip(got, expected)):
+            assert m["entropy_control/pos_weight"] == pytest.approx(alpha, abs=1e-12), step
+            assert m["entropy_control/integral"] == pytest.approx(integral, abs=1e-12), step
+            assert m["entropy_control/saturated"] == saturated, step
+
+
+def test_entropic_leaves_its_bound_as_soon_as_the_error_changes_sign():
+    """Anti-windup: 100 steps of entropy 2.0 nats over a 0.4 target hold alpha at its top (+1, lowering entropy)
+    with the default 8 mini-batches a step; without anti-windup the integral would reach 100 * 8 * -1.6 = -1280, and
+    alpha = -(kp e + ki I) = 12.5 would keep sharpening after the entropy fell below target. With it, the first step
+    at 0.1 nats (e = +0.3) sets alpha = -(1 * 0.3 + 0.01 * 0) = -0.3: raising entropy."""
+    made = EntropyController(EntropyControlConfig(enable=True, controller="entropic", actuator="pos_weight", target=0.4))
+    for step in range(1, 101):
+        assert made.update(step, 2.0, 8)[0] == 1.0
+    assert made.update(101, 0.1, 8)[0] == pytest.approx(-0.3, abs=1e-12)
 
 
 def test_entropic_integrates_once_per_optimiser_mini_batch_by_default():

@@ -167,10 +167,11 @@ class EntropyControlConfig(PrefixedConfig):
     init, sets the level)."""
 
     max_bad_steps: int = 3
-    """How many measured entropies in a row may be unusable (not finite, or <= 0: an empty response mask, a NaN in
-    the old-log-prob pass) before the run stops with an error naming the metric and the step (an integer >= 1). Each
-    such step is not learned from, the actuator holds its last value, ``entropy_control/bad_steps`` counts it, and
-    the run's first one logs a warning."""
+    """The run stops, with an error naming the metric and the step, on the ``max_bad_steps``-th unusable measured
+    entropy in a row (an integer >= 1; 1 stops on the first): not finite, <= 0 (an empty response mask, a NaN in the
+    old-log-prob pass) or above the log of the vocabulary's size (impossible). Each one before it is not learned
+    from, the actuator holds its last value, ``entropy_control/bad_steps`` counts it, and the run's first one logs a
+    warning."""
 
     auto_memory: int = 20
     """``auto``: the steps over which its estimates of the drift, the actuator's gain and the noise forget (an
@@ -321,12 +322,19 @@ class EntropyController:
     """Controller + actuator + schedule for one trainer; ``update`` once per training step."""
 
     def __init__(self, config: EntropyControlConfig, ratio_init: float | None = None, total_steps: int | None = None,
-                 clip_high: float | None = None):
+                 clip_high: float | None = None, vocab_size: int | None = None):
         """``ratio_init``: the ``cov_ratio`` actuator's value at zero error when ``config.ratio_init`` is null (the
         loss's configured ``clip_cov_ratio`` / ``kl_cov_ratio``); ``clip_high``: the actor's configured
-        ``clip_ratio_high``, the ``clip_high`` actuator's rest value when ``config.clip_high_init`` is null."""
+        ``clip_ratio_high``, the ``clip_high`` actuator's rest value when ``config.clip_high_init`` is null;
+        ``vocab_size``: the policy's output vocabulary, whose log bounds a token's entropy (a measurement above it is
+        unusable); ``None``: no upper bound."""
+        if vocab_size is not None and (isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 2):
+            raise ValueError(f"vocab_size must be an integer >= 2 (the policy's output vocabulary) or None; got "
+                             f"{vocab_size!r}")  # fmt: skip
         self.config = config
         self.total_steps = total_steps
+        self.entropy_max = None if vocab_size is None else math.log(vocab_size)
+        """The largest possible per-token entropy, ``log(vocab_size)`` nats (``None``: not known)."""
         self.actuator: Actuator = actuator_from_config(config, ratio_init, clip_high)
         if config.actuator == "cov_ratio" and not config.ratio_min <= self.actuator.init <= config.ratio_max:
             raise EntropyControlConfig.error("ratio_init", f"the loss's ratio {self.actuator.init!r} is outside [ratio_min, "
@@ -375,7 +383,7 @@ class EntropyController:
                                f"{self.last_step}: the controller updates once per training step (a second update of "
                                "a step would count its error twice)")  # fmt: skip
         entropy = float(entropy)
-        if not math.isfinite(entropy) or entropy <= 0:
+        if not math.isfinite(entropy) or entropy <= 0 or (self.entropy_max is not None and entropy > self.entropy_max):
             return self._hold(step, target_nats(self.config, step, self.total_steps, self.anchor), entropy)
         self.bad_in_a_row = 0
         self.last_held = False
@@ -417,26 +425,35 @@ class EntropyController:
         return self._apply_without_controller(step, target, entropy, self.actuator.init)
 
     def _hold(self, step: int, target: float, entropy: float) -> tuple[float, dict[str, float]]:
-        """An unusable measurement (not finite, or <= 0): the controller does not see it, the actuator holds the
-        value of the last step (before the first: the actuator's init), ``entropy_control/bad_steps`` counts it, the
-        run's first one warns, and the ``max_bad_steps``-th in a row is a ``RuntimeError`` naming the metric and
-        the step."""
+        """An unusable measurement (not finite, <= 0, or above ``log(vocab_size)``): the controller does not learn
+        from it, the actuator holds the value of the last step (before the first: the actuator's init) - ``auto``
+        advances its model over the step with that value (:meth:`SelfTuningController.hold
+        <verl_ext.control.self_tuning.SelfTuningController.hold>`) -, ``entropy_control/bad_steps`` counts it, the
+        run's first one warns, and the ``max_bad_steps``-th in a row is a ``RuntimeError`` naming the metric and the
+        step."""
         self.bad_steps += 1
         self.bad_in_a_row += 1
         if self.bad_in_a_row >= self.config.max_bad_steps:
             raise RuntimeError(f"verl_ext entropy control: {CONTROL_ENTROPY} was {entropy!r} at step {step}, the "
-                               f"{self.bad_in_a_row}th unusable measurement in a row (not finite, or <= 0) - "
+                               f"{self.bad_in_a_row}th unusable measurement in a row ({self._unusable()}) - "
                                f"verl_ext.entropy_control.max_bad_steps={self.config.max_bad_steps}: the batch's "
                                "entropy cannot be measured (an empty response mask, or NaN / inf in the old-log-prob "
                                "pass), so the run stops instead of training blind")  # fmt: skip
         if self.bad_steps == 1:
-            logger.warning("verl_ext entropy control: %s was %r at step %d (not finite, or <= 0): not learned from, "
+            logger.warning("verl_ext entropy control: %s was %r at step %d (%s): not learned from, "
                            "the actuator holds its last value; %d such steps in a row stop the run "
                            "(verl_ext.entropy_control.max_bad_steps)", CONTROL_ENTROPY, entropy, step,
-                           self.config.max_bad_steps)  # fmt: skip
+                           self._unusable(), self.config.max_bad_steps)  # fmt: skip
         self.last_held = True
-        return self._apply_without_controller(step, target, entropy,
-                                              self.actuator.init if self.held is None else self.held)
+        value = self.actuator.init if self.held is None else self.held
+        if isinstance(self.controller, SelfTuningController):
+            self.controller.hold(self.actuator, value)
+        return self._apply_without_controller(step, target, entropy, value)
+
+    def _unusable(self) -> str:
+        """What makes a measurement unusable, in words."""
+        top = "" if self.entropy_max is None else f", or above log(vocab_size) = {self.entropy_max:.4g}"
+        return f"not finite, or <= 0{top}"
 
     def _apply_without_controller(self, step: int, target: float, entropy: float,
                                   value: float) -> tuple[float, dict[str, float]]:
@@ -479,6 +496,11 @@ class EntropyController:
                                "target_unit": self.config.target_unit}
         if isinstance(self.controller, SelfTuningController):
             out.update(auto_memory=self.controller.memory, auto_lag=self.controller.lag, noise_ratios=list(NOISE_RATIOS))
+            # auto's coordinates are measured from the range's bottom (log(ratio / ratio_min), eps_high - clip_high_min)
+            if self.actuator.name == "cov_ratio":
+                out["ratio_min"] = self.config.ratio_min
+            elif self.actuator.name == "clip_high":
+                out["clip_high_min"] = self.config.clip_high_min
         return out
 
     def state_dict(self) -> dict[str, Any]:

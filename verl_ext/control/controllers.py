@@ -22,11 +22,15 @@ admitted fewer tokens than the ratio asked: :meth:`PIController.actuator_limited
     applied = u_t if H_t < H*_t else off                                              (the below-target gate)
 
 ``entropic`` - EntroPIC's PI law (arXiv 2511.15248; yk7333/EntroPIC ``dp_actor.py``), in linear space, with the
-integral taken *before* this step's error and no anti-windup (the output is clamped, the integral is not)::
+integral taken *before* this step's error::
 
     e_t     = H*_t - H_t
     u_t     = clamp(u0 + d (kp e_t + ki I_{t-1}),  lo,  hi)
-    I_t     = I_{t-1} + k_t e_t
+    I_t     = I_{t-1} + k_t e_t    unless u_t sits on a bound and e_t pushes further into it (anti-windup)
+
+EntroPIC's code has no anti-windup (the output is clamped, the integral is not; ``EntroPICController(...,
+anti_windup=False)`` reproduces it): there a stretch on a bound - or one implausible but finite measurement - leaves
+an integral that pins the actuator to that bound for as many steps as it took to build.
 
 On EntroPIC's own actuator (``pos_weight``: ``d = -1``, ``u0 = 0``, range [-1, 1]) this is their
 ``alpha = clip(Kp (H - H*) + Ki I, -1, 1)``. ``k_t`` is the number of integrations of step ``t``: 1 with
@@ -154,12 +158,13 @@ class SkyworkController:
 
 
 class EntroPICController:
-    """``entropic``: EntroPIC's PI law, linear, integral before the step's error, no anti-windup (module docstring)."""
+    """``entropic``: EntroPIC's PI law, linear, integral before the step's error, with anti-windup unless
+    ``anti_windup`` is false (EntroPIC's own code; module docstring)."""
 
     name: ClassVar[str] = "entropic"
 
-    def __init__(self, kp: float, ki: float):
-        self.kp, self.ki = float(kp), float(ki)
+    def __init__(self, kp: float, ki: float, anti_windup: bool = True):
+        self.kp, self.ki, self.anti_windup = float(kp), float(ki), bool(anti_windup)
         self.state = ControllerState()
 
     def step(self, target: float, entropy: float, actuator: Actuator, integrations: int = 1) -> ControlStep:
@@ -169,7 +174,10 @@ class EntroPICController:
         error = target - entropy
         unclamped = actuator.init + actuator.direction * (self.kp * error + self.ki * self.state.integral)
         value = _clamp(unclamped, actuator.lo, actuator.hi)
-        self.state.integral += integrations * error
+        push = actuator.direction * error  # the sign in which the error moves u through the integral
+        wound = (unclamped > actuator.hi and push > 0) or (unclamped < actuator.lo and push < 0)
+        if not (self.anti_windup and wound):
+            self.state.integral += integrations * error
         self.state.value = value
         return ControlStep(value, error, self.state.integral, value != unclamped)
 

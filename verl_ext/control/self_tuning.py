@@ -22,9 +22,12 @@ Each step it
    entropy would measure ``R`` directly, but the controller is handed only the batch's mean entropy
    (:meth:`~verl_ext.driver.mixin.VerlExtDriver.observe_entropy`), so it uses the innovations of its own filters.
    A measurement farther than :data:`OUTLIER_SIGMAS` standard deviations from the filters' own prediction of it is
-   not learned from (the filters only predict over the step) and the actuator holds its value, from the
-   :data:`OUTLIER_WARMUP`-th measurement on (before, the noise estimate is too young to judge by); up to
-   :data:`OUTLIER_RUN` in a row are skipped, the next is taken as a real change of level;
+   not learned from (the filters only predict over the step) and the actuator holds its value; before the
+   :data:`OUTLIER_WARMUP`-th measurement, whose noise estimate is too young to judge by, the standard deviation is
+   at least :data:`PRIOR_NOISE` and widened :data:`WARMUP_WIDEN` times. Up to :data:`OUTLIER_RUN` in a row are
+   skipped, the next is taken as a real change of level. A step held for an unusable measurement
+   (:class:`~verl_ext.control.autopilot.EntropyController`) advances the model the same way: the prediction
+   over the step, and the held action in the queue of actions still to act;
 2. **acts**: it predicts ``x`` over the lag with the actions already taken (``x_{t+L|t}``), and sets ``a`` so that
    the step after cancels the drift and closes a share ``kappa`` of the predicted gap to the target (the drift
    estimate is its integral action: there is no integrator to wind up)::
@@ -75,6 +78,11 @@ OUTLIER_WARMUP = 10
 """The gate applies from this many measurements on: before, the noise estimate rests on too few of them (on the
 fitted real plant the prediction errors spread ~2x the predicted standard deviation over the first 10 steps, 1.2x
 after)."""
+WARMUP_WIDEN = 2.0
+"""Before :data:`OUTLIER_WARMUP` measurements the gate's standard deviation is this many times the larger of the
+predicted one and :data:`PRIOR_NOISE`: the prediction errors of the first 10 steps spread ~2x the predicted standard
+deviation on the fitted real plant, so an honest measurement passes, and a value off by a factor ``e^2`` or more
+(``OUTLIER_SIGMAS x WARMUP_WIDEN x PRIOR_NOISE`` = 2 in log) does not set the young estimates."""
 OUTLIER_RUN = 2
 """At most this many measurements in a row are skipped as outliers; the next one is learned from (a change of level,
 not a bad reading)."""
@@ -205,30 +213,40 @@ class SelfTuningController:
             g = actuator.direction * floor
         return [x, b, g, var_b, var_g, R, Q, var_x]
 
-    def _acting(self) -> float:
-        """The coordinate that moves the entropy between the last measurement and this one (``a_{t-1-L}``)."""
-        st = self.state
-        return st.actions[-1 - self.lag] if len(st.actions) > self.lag else 0.0
+    @staticmethod
+    def _rest(actuator: Actuator) -> float:
+        """The coordinate of the actuator's init (clamped to its range): where it sat before the first action."""
+        _, lo, hi = coordinate(actuator)
+        return min(max(to_coordinate(actuator, actuator.init), lo), hi)
 
-    def _outlier(self, y: float) -> bool:
-        """Whether ``y`` lies more than :data:`OUTLIER_SIGMAS` standard deviations from the filters' prediction of it
-        (``x + b + g a``, variance ``Var x + Q + R + Var b + a^2 Var g``), after :data:`OUTLIER_WARMUP` measurements
-        and with fewer than :data:`OUTLIER_RUN` skipped in a row."""
+    def _acting(self, actuator: Actuator) -> float:
+        """The coordinate that moves the entropy between the last measurement and this one (``a_{t-1-L}``); before
+        ``lag + 1`` actions exist, the actuator's init (:meth:`_rest`)."""
         st = self.state
-        if not st.estimate or st.seen < OUTLIER_WARMUP or st.skipped >= OUTLIER_RUN:
+        return st.actions[-1 - self.lag] if len(st.actions) > self.lag else self._rest(actuator)
+
+    def _outlier(self, y: float, actuator: Actuator) -> bool:
+        """Whether ``y`` lies more than :data:`OUTLIER_SIGMAS` standard deviations from the filters' prediction of it
+        (``x + b + g a``, variance ``Var x + Q + R + Var b + a^2 Var g``; before :data:`OUTLIER_WARMUP` measurements
+        at least :data:`PRIOR_NOISE` and :data:`WARMUP_WIDEN` times wider), with fewer than :data:`OUTLIER_RUN`
+        skipped in a row."""
+        st = self.state
+        if not st.estimate or st.skipped >= OUTLIER_RUN:
             return False
         x, b, g, var_b, var_g, R, Q, var_x = st.estimate
-        a = self._acting()
+        a = self._acting(actuator)
         sd = math.sqrt(var_x + Q + R + var_b + a * a * var_g)
+        if st.seen < OUTLIER_WARMUP:
+            sd = WARMUP_WIDEN * max(sd, PRIOR_NOISE)
         return abs(y - (x + b + g * a)) > OUTLIER_SIGMAS * sd
 
-    def _observe(self, y: float | None) -> None:
+    def _observe(self, y: float | None, actuator: Actuator) -> None:
         """One step of every member's filter: its innovation ``y - c0 - c_b b - c_g g`` (affine in the drift and the
         gain) enters its normal equations, forgetting over ``memory`` steps; ``y=None``: only the prediction over
         the step (a skipped measurement)."""
         st = self.state
         forget = 1.0 - 1.0 / self.memory
-        a_lag = self._acting()
+        a_lag = self._acting(actuator)
         for row, lam in zip(st.bank, NOISE_RATIOS, strict=True):
             c0, cb, cg, p, abb, abg, agg, vb, vg, ss, logs, n = row
             cb, cg = cb + 1.0, cg + a_lag  # predict: x + b + g a_{t-1-L}
@@ -263,7 +281,7 @@ class SelfTuningController:
             raise ValueError(f"auto takes a finite entropy > 0; got {entropy!r}")
         st = self.state
         y = math.log(entropy)
-        if st.bank and self._outlier(y):
+        if st.bank and self._outlier(y, actuator):
             return self._skip(target, actuator)
         st.skipped = 0
         st.seen += 1
@@ -271,10 +289,10 @@ class SelfTuningController:
             st.bank = [[y, 0.0, 0.0, lam, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0] for lam in NOISE_RATIOS]
             st.actions = []
         else:
-            self._observe(y)
+            self._observe(y, actuator)
         x, b, g, var_b, var_g, R, Q, var_x = st.estimate = self._estimate(actuator)
         S = R + Q + var_b
-        pending = st.actions[-self.lag:] if self.lag > 0 else []
+        pending = ([self._rest(actuator)] * self.lag + st.actions)[-self.lag:] if self.lag > 0 else []
         x_ahead = x + self.lag * b + g * sum(pending)
         error = math.log(target) - x_ahead
         unsure = var_x + self.lag * Q + self.lag**2 * var_b  # the variance of x_{t+L|t}
@@ -303,12 +321,25 @@ class SelfTuningController:
     def _skip(self, target: float, actuator: Actuator) -> ControlStep:
         """An outlier: the filters predict over the step without learning, the actuator holds its last value."""
         st = self.state
-        self._observe(None)
+        self._advance(actuator, st.actions[-1] if st.actions else self._rest(actuator))
         st.skipped += 1
-        st.estimate = self._estimate(actuator)
-        st.actions = (st.actions + st.actions[-1:])[-(self.lag + 1):]
         x = st.estimate[0]
         return ControlStep(st.value, math.log(target) - x, st.integral, False, estimates=self._estimates(1.0))
+
+    def hold(self, actuator: Actuator, value: float) -> None:
+        """A step held for an unusable measurement (not finite, <= 0, or above the plausible bound) that applies
+        ``value``: as for an outlier, the filters predict over the step without learning and ``value`` joins the
+        actions still to act, so the next innovation spans one step and the lag stays aligned. Before the first
+        measurement there is no model to advance."""
+        if self.state.bank:
+            self._advance(actuator, to_coordinate(actuator, value))
+
+    def _advance(self, actuator: Actuator, a: float) -> None:
+        """One step of prediction without a measurement, with the coordinate ``a`` applied at the step."""
+        st = self.state
+        self._observe(None, actuator)
+        st.estimate = self._estimate(actuator)
+        st.actions = (st.actions + [a])[-(self.lag + 1):]
 
     def applied(self, actuator: Actuator, value: float) -> None:
         """The value the actuator really applied this step (Clip-Cov's selected fraction, when its candidates
@@ -317,6 +348,7 @@ class SelfTuningController:
             self.state.actions[-1] = to_coordinate(actuator, value)
 
 
-__all__ = ["ESTIMATE_KEYS", "GAIN_FLOOR", "KAPPA", "NOISE_RATIOS", "OUTLIER_RUN", "OUTLIER_SIGMAS", "OUTLIER_WARMUP", "PRIOR_NOISE",
+__all__ = ["ESTIMATE_KEYS", "GAIN_FLOOR", "KAPPA", "NOISE_RATIOS", "OUTLIER_RUN", "OUTLIER_SIGMAS", "OUTLIER_WARMUP",
+           "PRIOR_NOISE", "WARMUP_WIDEN",
            "PRIOR_STEPS", "RATE_PRIOR", "REFERENCE_REACH", "STATE_ROW", "STEP_SIGMAS", "SelfTuningController",
            "SelfTuningState", "coordinate", "from_coordinate", "to_coordinate"]  # fmt: skip

@@ -40,6 +40,21 @@ RATIO_KEYS = {"clip_cov": "clip_cov_ratio", "kl_cov": "kl_cov_ratio"}
 """The policy-loss key whose value the autopilot replaces, per loss."""
 
 
+def vocabulary_size(config: Any, tokenizer: Any = None) -> int | None:
+    """The policy's output vocabulary as the driver can know it: the larger of the model folder's ``config.json``
+    ``vocab_size`` (the logits' width, padding rows included; read when ``actor_rollout_ref.model.path`` is a local
+    folder) and the tokenizer's length; ``None`` when neither is known (a hub id and no tokenizer)."""
+    sizes = []
+    model_path = config_value(config_value(config.actor_rollout_ref, "model"), "path")
+    try:
+        sizes.append(int(json.loads((Path(str(model_path)) / "config.json").read_text())["vocab_size"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # not a local folder with a config.json: the tokenizer's length, if any, is the bound
+    if tokenizer is not None:
+        sizes.append(len(tokenizer))
+    return max(sizes) if sizes and max(sizes) >= 2 else None
+
+
 def prune_driver_states(config: Any, current_step: int) -> list[Path]:
     """Delete verl_ext's state files of earlier steps whose ``global_step_<N>/actor`` checkpoint verl has deleted
     (``trainer.max_actor_ckpt_to_keep``), so that verl_ext keeps exactly the steps verl keeps; returns them."""
@@ -83,7 +98,8 @@ class VerlExtDriver:
                 (configured,) = policy_loss_params(actor, RATIO_KEYS[loss_mode_of(actor)])
             total = config_value(config.trainer, "total_training_steps")
             clip_high = clip_ratios(actor)[1] if control.actuator == "clip_high" else None  # its rest value
-            self.controller = EntropyController(control, configured, total_steps=total, clip_high=clip_high)
+            self.controller = EntropyController(control, configured, total_steps=total, clip_high=clip_high,
+                                                vocab_size=vocabulary_size(config, tokenizer))
         lens = TokenLensConfig.from_mapping(_node(config, "verl_ext.token_lens"))
         self.lens: TokenLens | None = None
         if lens.enable:
