@@ -114,3 +114,54 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     from verl_ext.testbed.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny_qwen2"), seed=0)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The fast tier's time limit per test (the fast tier's block: FAST_TEST_LIMIT_S and the two hooks below)
+# ----------------------------------------------------------------------------------------------------------
+
+FAST_TEST_LIMIT_S = 30.0
+"""A fast-tier test (one not marked ``e2e``) fails when its set-up, call and tear-down together take longer than this
+many seconds, so that a slow test is seen the day it comes. A module- or session-scoped fixture's set-up counts toward
+the test that triggers it, its tear-down toward the test after which it ends: split or shrink such a fixture rather
+than let one test pay for many. The fast tier's tests stay under ~18 s on a 2-core Intel Xeon (the slowest machine
+seen), leaving room for machines up to 1.7x slower. ``-o fast_test_limit_s=N`` sets another limit for one run (the
+guard's own test uses a short one); ``0`` turns the guard off."""
+
+_FAST_TEST_TIME = pytest.StashKey[float]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addini("fast_test_limit_s", "seconds a fast-tier test may take, set-up and tear-down included (0: no limit)",
+                  default=str(FAST_TEST_LIMIT_S))  # fmt: skip
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    """Adds up a fast-tier test's set-up, call and tear-down times; its tear-down report fails, naming the test, its
+    time and the limit, when the sum is over :data:`FAST_TEST_LIMIT_S` (or ``fast_test_limit_s``)."""
+    outcome = yield
+    report = outcome.get_result()
+    if item.get_closest_marker("e2e") is not None:
+        return
+    total = item.stash.get(_FAST_TEST_TIME, 0.0) + report.duration
+    item.stash[_FAST_TEST_TIME] = total
+    limit = float(item.config.getini("fast_test_limit_s"))
+    if report.when == "teardown" and limit > 0 and total > limit and report.outcome != "failed":
+        report.outcome = "failed"
+        report.longrepr = (f"{item.nodeid} took {total:.1f} s (set-up, call and tear-down), over the fast tier's limit "
+                           f"of {limit:g} s per test (tests/conftest.py FAST_TEST_LIMIT_S): make it faster, split it, "
+                           "or move a real launch to the e2e tier (pytest.mark.e2e)")  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def launch_record():
+    """``tests/scripts/launch_record.py``, for tests outside ``tests/scripts``: a launch of
+    ``python -m verl_ext.main_ppo`` run in the test process (:func:`run_main_ppo`, :func:`run_launcher`)."""
+    if "launch_record" not in sys.modules:
+        path = Path(__file__).parent / "scripts" / "launch_record.py"
+        spec = importlib.util.spec_from_file_location("launch_record", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["launch_record"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["launch_record"]

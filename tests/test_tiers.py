@@ -4,6 +4,7 @@ a subprocess, fails with a message that says how to mark it (tests/conftest.py, 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -99,3 +100,67 @@ def test_machine_lock_shares_launches_and_gives_a_machine_alone_test_the_machine
     for thread in threads:
         thread.join(5)
     assert events[-1] == "c out"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the fast tier's time limit per test (tests/conftest.py FAST_TEST_LIMIT_S)
+# ----------------------------------------------------------------------------------------------------------
+
+TIMED = '''
+import time
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def slow_module_fixture():
+    time.sleep(1.0)
+    yield
+
+
+def test_quick():
+    pass
+
+
+def test_slow_call():
+    time.sleep(1.0)
+
+
+def test_slow_set_up(slow_module_fixture):
+    pass
+
+
+def test_after_the_slow_set_up(slow_module_fixture):
+    pass
+
+
+@pytest.mark.e2e
+def test_slow_e2e():
+    time.sleep(1.0)
+'''
+
+
+def test_a_fast_test_over_the_time_limit_fails_naming_itself_its_time_and_the_limit(tmp_path):
+    """A pytest session with tests/conftest.py as its plugin and a limit of 0.8 s: the test whose call sleeps 1 s and
+    the one that triggers a module fixture's 1 s set-up fail with the line; the quick ones and the e2e one pass."""
+    import conftest
+
+    assert conftest.FAST_TEST_LIMIT_S == 30.0
+    (tmp_path / "test_timed.py").write_text(TIMED)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(conftest.FAST_TIER.parent), *env.get("PYTHONPATH", "").split(os.pathsep)])
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-c",
+                           str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path), "-o", "fast_test_limit_s=0.8",
+                           "-rA", str(tmp_path / "test_timed.py")], capture_output=True, text=True, cwd=tmp_path,
+                          env=env, timeout=120)  # fmt: skip
+    out = proc.stdout
+    assert proc.returncode == 1, out[-3000:] + proc.stderr[-3000:]
+    for name in ("test_slow_call", "test_slow_set_up"):
+        line = re.search(rf"test_timed\.py::{name} took (\d+\.\d) s \(set-up, call and tear-down\), over the fast "
+                         r"tier's limit of 0\.8 s per test \(tests/conftest\.py FAST_TEST_LIMIT_S\)", out)
+        assert line and 1.0 <= float(line.group(1)) < 5, out[-3000:]
+        assert f"ERROR test_timed.py::{name}" in out, out[-3000:]
+    for name in ("test_quick", "test_after_the_slow_set_up", "test_slow_e2e"):
+        assert f"PASSED test_timed.py::{name}" in out and f"ERROR test_timed.py::{name}" not in out, out[-3000:]
+    assert "5 passed, 2 errors" in out, out[-3000:]

@@ -38,11 +38,18 @@ def free_port() -> int:
 # ----------------------------------------------------------------------------------------------------------
 
 
+_PLATFORM_ON = {"platform": "PlatformCPU", "device": "cpu", "backend": "gloo", "ray": "GPU", "alias": True,
+                "clip_cov": "verl_ext"}  # fmt: skip
+"""What a fresh interpreter with ``VERL_PLATFORM=cpu`` resolves (the probe below)."""
+
+
 @cpu_only
-def test_verl_platform_cpu_alone_selects_the_cpu_platform_through_the_plugin():
+@pytest.mark.parametrize("case", ["cpu", "cpu_verl_losses", "off"])
+def test_verl_platform_cpu_alone_selects_the_cpu_platform_through_the_plugin(case):
     """``VERL_PLATFORM=cpu`` is all a process needs: ``import verl`` loads verl_ext's ``verl_ext_cpu`` plugin,
     which registers the platform before verl resolves it and applies the verl-side workarounds; with
-    ``VERL_USE_EXTERNAL_PLUGINS=verl_ext_cpu`` verl keeps its own losses (plain verl on CPUs)."""
+    ``VERL_USE_EXTERNAL_PLUGINS=verl_ext_cpu`` verl keeps its own losses (plain verl on CPUs). One fresh interpreter
+    per case (each imports verl: ~10 s)."""
     code = """
         import json, sys, verl
         from verl.plugin.platform import get_platform
@@ -54,13 +61,14 @@ def test_verl_platform_cpu_alone_selects_the_cpu_platform_through_the_plugin():
                           "alias": any(isinstance(f, VllmCpuDistributionAlias) for f in sys.meta_path),
                           "clip_cov": POLICY_LOSS_REGISTRY["clip_cov"].__module__.split(".")[0]}))
     """
-    on = last_json(python(code, {"VERL_PLATFORM": "cpu"}))
-    assert on == {"platform": "PlatformCPU", "device": "cpu", "backend": "gloo", "ray": "GPU", "alias": True,
-                  "clip_cov": "verl_ext"}  # fmt: skip
-    plain = last_json(python(code, {"VERL_PLATFORM": "cpu", "VERL_USE_EXTERNAL_PLUGINS": "verl_ext_cpu"}))
-    assert plain == {**on, "clip_cov": "verl"}
-    off = last_json(python(code))
-    assert off["platform"] != "PlatformCPU" and off["alias"] is False
+    if case == "cpu":
+        assert last_json(python(code, {"VERL_PLATFORM": "cpu"})) == _PLATFORM_ON
+    elif case == "cpu_verl_losses":
+        plain = last_json(python(code, {"VERL_PLATFORM": "cpu", "VERL_USE_EXTERNAL_PLUGINS": "verl_ext_cpu"}))
+        assert plain == {**_PLATFORM_ON, "clip_cov": "verl"}
+    else:
+        off = last_json(python(code))
+        assert off["platform"] != "PlatformCPU" and off["alias"] is False
 
 
 def test_cpu_mode_is_off_next_to_cuda(monkeypatch):
@@ -159,37 +167,45 @@ def test_the_cpu_stack_has_no_other_rollout_engine_or_device():
 
 
 @cpu_only
-def test_cpu_mode_sizes_transfer_queue_threads_to_the_machine():
+@pytest.mark.parametrize("case", ["cpu", "cpu_user_value", "off"])
+def test_cpu_mode_sizes_transfer_queue_threads_to_the_machine(case):
     """TransferQueue defaults to 8 threads and warns in every call on a machine with fewer physical cores: CPU mode
     sets TQ_NUM_THREADS to the physical cores (at most 8) on ``import verl`` in the driver, before it starts a local
     Ray cluster (whose processes inherit it), and keeps a value the user set. The recipe runs check the warning is
-    gone (tests/e2e/test_recipes_cpu.py)."""
+    gone (tests/e2e/test_recipes_cpu.py). One fresh interpreter per case."""
     import psutil
 
     code = "import os, verl; print(os.environ['TQ_NUM_THREADS'])"
-    expected = str(min(8, psutil.cpu_count(logical=False)))
-    done = python(code, env={"VERL_PLATFORM": "cpu"})
-    assert done.returncode == 0 and done.stdout.strip().splitlines()[-1] == expected, done.stdout + done.stderr
-    kept = python(code, env={"VERL_PLATFORM": "cpu", "TQ_NUM_THREADS": "3"})
-    assert kept.stdout.strip().splitlines()[-1] == "3"
-    plain = python("import os, verl; print(os.environ.get('TQ_NUM_THREADS'))")
-    assert plain.stdout.strip().splitlines()[-1] == "None"  # outside CPU mode nothing changes
+    if case == "cpu":
+        expected = str(min(8, psutil.cpu_count(logical=False)))
+        done = python(code, env={"VERL_PLATFORM": "cpu"})
+        assert done.returncode == 0 and done.stdout.strip().splitlines()[-1] == expected, done.stdout + done.stderr
+    elif case == "cpu_user_value":
+        kept = python(code, env={"VERL_PLATFORM": "cpu", "TQ_NUM_THREADS": "3"})
+        assert kept.stdout.strip().splitlines()[-1] == "3"
+    else:
+        plain = python("import os, verl; print(os.environ.get('TQ_NUM_THREADS'))")
+        assert plain.stdout.strip().splitlines()[-1] == "None"  # outside CPU mode nothing changes
 
 
 @cpu_only
-def test_cpu_mode_silences_verls_notices_about_engines_it_never_uses():
+@pytest.mark.parametrize("cpu_mode", [True, False], ids=["cpu", "off"])
+def test_cpu_mode_silences_verls_notices_about_engines_it_never_uses(cpu_mode):
     """verl warns in every process that imports its engines that torchtitan, veomni, automodel, mindspeed and megatron
     are not available (five lines per process). CPU mode runs only the FSDP engine: it silences them in the process
     and, through PYTHONWARNINGS, in every process it starts; outside CPU mode they stay (this test fails once verl
-    stops printing them, and the filter can go)."""
+    stops printing them, and the filter can go). Each case is a fresh interpreter and the one it starts."""
     code = ("import os, subprocess, sys, verl, verl.workers.engine\n"
             "child = 'import verl, verl.workers.engine'\n"
             "subprocess.run([sys.executable, '-c', child], check=True)\n")  # fmt: skip
-    quiet = python(code, env={"VERL_PLATFORM": "cpu"})
-    assert quiet.returncode == 0, quiet.stderr[-3000:]
-    assert "engine is not available" not in quiet.stderr, quiet.stderr[-3000:]
-    plain = python(code)
-    assert plain.returncode == 0 and plain.stderr.count("UserWarning: megatron engine is not available") == 2, plain.stderr[-3000:]
+    if cpu_mode:
+        quiet = python(code, env={"VERL_PLATFORM": "cpu"})
+        assert quiet.returncode == 0, quiet.stderr[-3000:]
+        assert "engine is not available" not in quiet.stderr, quiet.stderr[-3000:]
+    else:
+        plain = python(code)
+        assert plain.returncode == 0, plain.stderr[-3000:]
+        assert plain.stderr.count("UserWarning: megatron engine is not available") == 2, plain.stderr[-3000:]
 
 
 def test_verl_platform_cpu_next_to_cuda_is_a_config_error(monkeypatch):
@@ -323,9 +339,11 @@ def test_upstream_still_repacks_and_drops_cpu_linear_weights():
 
 @cpu_only
 @needs_vllm_cpu
-def test_vllm_plugin_keeps_weights_live_in_cpu_mode_only():
+@pytest.mark.parametrize("cpu_mode", [True, False], ids=["cpu", "off"])
+def test_vllm_plugin_keeps_weights_live_in_cpu_mode_only(cpu_mode):
     """The ``vllm.general_plugins`` entry point: in CPU mode the layer keeps its weight and follows in-place
-    updates (what verl's weight sync does); outside CPU mode vLLM's dispatch is untouched."""
+    updates (what verl's weight sync does); outside CPU mode vLLM's dispatch is untouched. One fresh interpreter per
+    case."""
     code = """
         import json, torch
         from vllm.plugins import load_general_plugins
@@ -342,8 +360,11 @@ def test_vllm_plugin_keeps_weights_live_in_cpu_mode_only():
             result["follows"] = bool(torch.equal(layer.cpu_linear(x, layer.weight, None), x @ new.T))
         print(json.dumps(result))
     """
-    assert last_json(python(code, {"VERL_PLATFORM": "cpu"})) == {"patched": True, "numel": 64 * 128, "follows": True}
-    assert last_json(python(code)) == {"patched": False, "numel": 0}
+    if cpu_mode:
+        want = {"patched": True, "numel": 64 * 128, "follows": True}
+        assert last_json(python(code, {"VERL_PLATFORM": "cpu"})) == want
+    else:
+        assert last_json(python(code)) == {"patched": False, "numel": 0}
 
 
 # ----------------------------------------------------------------------------------------------------------

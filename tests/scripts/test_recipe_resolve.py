@@ -1,6 +1,8 @@
 """Hydra's own way to see what a recipe runs, ``bash recipe/<name>.sh --cfg job --resolve``, prints every recipe's
-resolved config: exit 0, valid YAML, no interpolation left. One launch per recipe (each imports verl: ~6 s), in a
-file of its own so that pytest-xdist spreads them."""
+resolved config: exit 0, valid YAML, no interpolation left. Every recipe's script runs for real; the
+``python -m verl_ext.main_ppo --cfg job --resolve`` it launches composes in this process (``launch_record``: Hydra's
+compose API with the recipe's own config path, printed as hydra.main prints ``--cfg job --resolve``), and one recipe's
+launch is a real process, which shows that the flags pass through the launcher to hydra.main."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from launch_record import run_launcher
 
 from verl_ext.checks import launch_env
 
@@ -26,13 +29,25 @@ def test_every_recipe_is_covered():
     assert len(RECIPES) == 17 and "cpu_tiny" in RECIPES and "eval" in RECIPES
 
 
-@pytest.mark.parametrize("name", RECIPES)
-def test_cfg_job_resolve_prints_the_resolved_config(name, tmp_path):
+REAL_PROCESS = "dapo_clip_cov"
+"""The recipe whose ``--cfg job --resolve`` launch is a real ``python -m verl_ext.main_ppo`` process."""
+
+
+@pytest.mark.parametrize(("name", "real"), [*((name, False) for name in RECIPES), (REAL_PROCESS, True)],
+                         ids=[*RECIPES, f"{REAL_PROCESS}-real_process"])  # fmt: skip
+def test_cfg_job_resolve_prints_the_resolved_config(name, real, tmp_path):
     dropped = set(launch_env.names()) | {"HYDRA_FULL_ERROR"}
     env = {k: v for k, v in os.environ.items() if k not in dropped and not k.startswith(("VERL_", "RAY_"))}
     env.update(HOME=str(tmp_path), PYTHON=sys.executable)
-    res = subprocess.run(["bash", str(RECIPE_DIR / f"{name}.sh"), "--cfg", "job", "--resolve"], capture_output=True,
-                         text=True, env=env, cwd=tmp_path, timeout=300)  # fmt: skip
+    command = ["bash", str(RECIPE_DIR / f"{name}.sh"), "--cfg", "job", "--resolve"]
+    in_process = run_launcher(command, env=env, cwd=tmp_path, record_dir=tmp_path / "record", timeout=300)
+    assert in_process.launched == 1, in_process.stderr[-4000:]
+    assert in_process.launches[0]["argv"][-3:] == ["--cfg", "job", "--resolve"], in_process.launches[0]["argv"]
+    res = in_process
+    if real:  # the process prints what the in-process composition prints
+        res = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+        assert res.returncode == 0, res.stderr[-4000:]
+        assert yaml.safe_load(res.stdout) == yaml.safe_load(in_process.stdout)
     assert res.returncode == 0, res.stderr[-4000:]
     assert "${" not in res.stdout, [line for line in res.stdout.splitlines() if "${" in line][:10]
     cfg = yaml.safe_load(res.stdout)

@@ -2,8 +2,9 @@
 them, the launch variables and Hydra overrides reaching the config (through the entry point's own composition,
 in-process, nothing started), the labels and folders following the groups chosen, the CPU scale and the CPU recipe,
 the evaluation recipe, the checks of the composed config (one per check, the same line whether a variable or an
-override set the value), and DRY_RUN=1 through ``python -m verl_ext.main_ppo``. What each recipe launches in full is
-pinned in test_recipe_pins.py; the launcher's variables are tested in test_launch_env.py, Hydra's
+override set the value), and DRY_RUN=1 of every launch script (the script for real, the entry point it launches
+run in this process by ``launch_record``; one real process for the launcher's exit status). What each recipe launches
+in full is pinned in test_recipe_pins.py; the launcher's variables are tested in test_launch_env.py, Hydra's
 ``--cfg job --resolve`` in test_recipe_resolve.py and the saved config's replay in test_replay.py."""
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ import re
 import shlex
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from omegaconf import OmegaConf
+from launch_record import run_launcher
 from recipe_pins import (GPU_RECIPES, OTHER_VARIABLES, case_env, compose, compose_command, compose_script, environment,
                          launch_command, split_command)  # fmt: skip
 
@@ -632,34 +633,45 @@ def write_dry_run_inputs(root: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def dry_runs(tmp_path_factory):
-    """Start every DRY_RUN=1 run at once (each imports verl: ~10 s of CPU) and hand out futures."""
+def dry_run_inputs(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    """The home folder of the dry runs and the variables naming their inputs (:func:`write_dry_run_inputs`)."""
     home = tmp_path_factory.mktemp("dry_run_home")
-    inputs = write_dry_run_inputs(home)
-    pool = ThreadPoolExecutor(max_workers=3)
-    futures = {}
-    for name, (path, args, variables, _key) in DRY_RUNS.items():
-        env = {**base_env(home), **inputs, "DRY_RUN": "1", "SMOKE_DIR": str(home / f"smoke_{name}"), **variables}
-        if path == SMOKE:
-            env.pop("MODEL_PATH")  # the smoke script builds its own tiny model
-        if path.stem == "cpu_tiny":
-            for key in ("MODEL_PATH", "DATA_DIR"):  # its own model and data (the work folder)
-                env.pop(key)
-            env["WORK_DIR"] = str(home / "cpu_tiny")
-        futures[name] = pool.submit(run_script, path, *args, env=env, timeout=600, cwd=home)
-    yield futures
-    pool.shutdown(wait=True)
+    return home, write_dry_run_inputs(home)
+
+
+def dry_run_env(name: str, home: Path, inputs: dict[str, str]) -> dict[str, str]:
+    """The environment of the DRY_RUNS case ``name``: DRY_RUN=1, the inputs and the case's own variables."""
+    path, _args, variables, _expected = DRY_RUNS[name]
+    env = {**base_env(home), **inputs, "DRY_RUN": "1", "SMOKE_DIR": str(home / f"smoke_{name}"), **variables}
+    if path == SMOKE:
+        env.pop("MODEL_PATH")  # the smoke script builds its own tiny model
+    if path.stem == "cpu_tiny":
+        for key in ("MODEL_PATH", "DATA_DIR"):  # its own model and data (the work folder)
+            env.pop(key)
+        env["WORK_DIR"] = str(home / "cpu_tiny")
+    return env
 
 
 @pytest.mark.parametrize("name", sorted(DRY_RUNS))
-def test_dry_run(name, dry_runs):
-    """Each recipe's real launch validates (exit 0); a bad value exits 2 with one line naming its key, the same line
-    whether a variable or an override gave it, and no traceback."""
-    res = dry_runs[name].result()
+def test_dry_run(name, dry_run_inputs, tmp_path):
+    """Each recipe's launch with DRY_RUN=1 validates (exit 0); a bad value exits 2 with one line naming its key, the
+    same line whether a variable or an override gave it, and no traceback.
+
+    The script runs for real (its variables, arguments and exports, and the assets it builds); the
+    ``python -m verl_ext.main_ppo`` it launches runs in this process (``launch_record.run_launcher``: Hydra's compose
+    API with the command's own config path and name, then the entry point's own ``run``, with the launch's
+    environment, working folder and output). The launcher's code paths as processes are launched for real once
+    each, in the tests after this one: the GPU branch with a bad value (exit 2, one line, no traceback from the
+    process) and the CPU branch (``VERL_PLATFORM=cpu`` exported, the assets built, exit 0); the recipes differ only
+    in the composition and the validation, which this test checks for every one of them."""
+    home, inputs = dry_run_inputs
+    path, args, _variables, expected = DRY_RUNS[name]
+    res = run_launcher(["bash", str(path), *args], env=dry_run_env(name, home, inputs), cwd=tmp_path, timeout=300)
     output = res.stdout + res.stderr
-    expected = DRY_RUNS[name][3]
+    assert res.launched == 1, output[-4000:]  # the launch reached python -m verl_ext.main_ppo
     if expected is None:
         assert res.returncode == 0, output[-4000:]
+        assert "verl_ext dry run" in res.stdout, res.stdout[-4000:]
     elif expected.startswith("verl_ext: invalid config: "):  # a bad value: verl_ext's one line
         assert res.returncode == 2, output[-4000:]
         assert expected in res.stderr, res.stderr[-4000:]
@@ -667,6 +679,20 @@ def test_dry_run(name, dry_runs):
     else:  # a key no config has: Hydra's own error, naming it
         assert res.returncode != 0, output[-4000:]
         assert expected in res.stderr, res.stderr[-4000:]
+
+
+def test_a_bad_value_of_a_launch_variable_exits_2_with_one_line_from_the_real_process(dry_run_inputs):
+    """``NNODES=0 DRY_RUN=1 bash recipe/dapo_kl_cov.sh``, with ``python -m verl_ext.main_ppo`` a real process: the
+    launcher's GPU branch (no ``VERL_PLATFORM``) execs the entry point, whose exit status 2 is the script's, with
+    the one line and no traceback (``sys.exit``, not an exception)."""
+    home, inputs = dry_run_inputs
+    path, args, _variables, expected = DRY_RUNS["nnodes_variable"]
+    res = run_script(path, *args, env=dry_run_env("nnodes_variable", home, inputs), timeout=300, cwd=home)
+    assert res.returncode == 2, (res.stdout + res.stderr)[-4000:]
+    assert f"python -m verl_ext.main_ppo --config-path {RECIPE_DIR} --config-name dapo_kl_cov " in res.stderr.replace(
+        sys.executable, "python")  # the launcher's echo of the command it execs
+    assert expected in res.stderr.splitlines(), res.stderr[-4000:]
+    assert "Traceback" not in res.stderr, res.stderr[-4000:]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -726,9 +752,16 @@ def test_cpu_recipe_on_two_nodes(tmp_path):
 
 
 def test_cpu_recipe_dry_run_builds_its_assets_and_validates(tmp_path):
-    """DRY_RUN=1: the model and data are built locally, the CPU-mode config composes and validates."""
+    """DRY_RUN=1: the model and data are built locally, the CPU-mode config composes and validates.
+
+    The launcher's CPU branch: the script runs for real and launches ``python -m verl_ext.main_ppo`` with
+    ``VERL_PLATFORM=cpu`` exported (read from the environment the launched process was given, recorded by
+    ``launch_record``); the entry point then runs in this process with that environment, where a missing variable
+    would be an error (``launch_record`` refuses the entry point's restart). The process itself (exec, exit status,
+    no traceback) is launched for real by the GPU branch's test above: the two branches differ only in the export."""
     env = {**base_env(tmp_path), "DRY_RUN": "1", "WORK_DIR": str(tmp_path / "w"), "LOSS": "clip_cov"}
-    res = run_script(CPU_RECIPE, env=env, timeout=300, cwd=tmp_path)
+    res = run_launcher(["bash", str(CPU_RECIPE)], env=env, timeout=300, cwd=tmp_path)
+    assert res.launched == 1 and res.launches[0]["env"].get("VERL_PLATFORM") == "cpu", res.stderr[-3000:]
     assert res.returncode == 0, res.stderr[-3000:]
     assert "platform  : CPU mode (VERL_PLATFORM=cpu" in res.stdout
     assert "loss      : clip_cov clip_cov_ratio=0.02" in res.stdout

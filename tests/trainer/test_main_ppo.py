@@ -63,13 +63,16 @@ def dry(cfg) -> tuple[int, str, str]:
 
 
 @pytest.mark.parametrize("loss", LOSSES)
-def test_cli_dry_run_every_loss(loss, tmp_path):
-    """The real command line, one subprocess per loss (trainers alternate; the matrix is in-process)."""
+def test_cli_dry_run_every_loss(loss, tmp_path, launch_record):
+    """The command line, one launch per loss (trainers alternate; the matrix is in-process): the arguments of
+    ``python -m verl_ext.main_ppo`` composed with Hydra's compose API and the entry point's own search path, then the
+    entry point's own ``run``, in this process (``tests/scripts/launch_record.py``). The process itself (hydra.main
+    composing the same arguments, its exit status) is launched by :func:`test_cli_bad_value_exits_2_naming_the_key`."""
     use_v1 = loss in ("clip_cov", "grpo_erc")
     overrides, shown = LOSS_OVERRIDES[loss]
-    proc = run_cli(
-        "verl_ext.dry_run=true", f"policy_loss@actor_rollout_ref.actor.policy_loss={loss}", *CLUSTER, *overrides,
-        f"trainer.use_v1={str(use_v1).lower()}", cwd=tmp_path,
+    proc = launch_record.run_main_ppo(
+        ["verl_ext.dry_run=true", f"policy_loss@actor_rollout_ref.actor.policy_loss={loss}", *CLUSTER, *overrides,
+         f"trainer.use_v1={str(use_v1).lower()}"], env=_env(), cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"loss      : {loss} " in proc.stdout and shown in proc.stdout
@@ -82,6 +85,8 @@ def test_cli_dry_run_every_loss(loss, tmp_path):
 
 
 def test_cli_bad_value_exits_2_naming_the_key(tmp_path):
+    """A real ``python -m verl_ext.main_ppo`` process (hydra.main, the entry point's config path, ``sys.exit``): a bad
+    value exits 2 with the README's line, and no summary."""
     proc = run_cli(
         "verl_ext.dry_run=true", "policy_loss@actor_rollout_ref.actor.policy_loss=grpo_erc", *CLUSTER,
         "actor_rollout_ref.actor.policy_loss.entropy_mask_low=1.5", cwd=tmp_path,
@@ -191,10 +196,10 @@ def test_allowed_sequence_parallel_and_dynamic_sampling_settings_pass(compose, o
          "algorithm.rollout_correction.bypass_mode", ["old_entropy"]),
         (["policy_loss@actor_rollout_ref.actor.policy_loss=high_entropy", "algorithm.rollout_correction.bypass_mode=true"],
          "algorithm.rollout_correction.bypass_mode", ["loss_mode=high_entropy", "old-log-prob pass"]),
-        (["verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.controller=entropic",
+        (["verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.target=0.3", "verl_ext.entropy_control.controller=entropic",
           "verl_ext.entropy_control.actuator=pos_weight", "algorithm.rollout_correction.bypass_mode=true"],
-         "algorithm.rollout_correction.bypass_mode", ["verl_ext.entropy_control.enable=true"]),
-        (["verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.controller=skywork",
+         "algorithm.rollout_correction.bypass_mode", ["verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.target=0.3"]),
+        (["verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.target=0.3", "verl_ext.entropy_control.controller=skywork",
           "verl_ext.entropy_control.actuator=cov_ratio"], "verl_ext.entropy_control.actuator", ["no off value"]),
         (["trainer.v1.trainer_mode=bogus"], "trainer.v1.trainer_mode", ["sync", "separate_async"]),
         (["verl_ext.dry_run=maybe"], "verl_ext.dry_run", ["true, false"]),
