@@ -156,8 +156,12 @@ def run(config: DictConfig) -> int:
     saved = recipe_startup.save_resolved(config)
     print(f"resolved config: {saved} (replay: python -m verl_ext.main_ppo --config-path {saved.parent} "
           f"--config-name {saved.stem})", file=sys.stderr)  # fmt: skip
-    if cpu_mode.active() and not ray_cluster_address(config):
-        keep_local_ray_on_loopback()  # the local Ray (and vLLM's servers) listen on 127.0.0.1 only
+    address = ray_cluster_address(config)
+    if cpu_mode.active() and (not address or on_loopback(address)):
+        # the local Ray (and vLLM's servers) listen on 127.0.0.1 only; joining a Ray on 127.0.0.1, the driver keeps
+        # that address (Ray would replace it by the machine's, where nothing listens)
+        keep_local_ray_on_loopback()
+    if cpu_mode.active() and not address:
         private_ray_token_file()  # and its token (Ray turns token auth on) is readable by this user only
     watchdog = start_watchdog(config)
     try:
@@ -176,6 +180,12 @@ def run(config: DictConfig) -> int:
         if watchdog is not None:
             watchdog.stop()
     return 0
+
+
+def on_loopback(address: str) -> bool:
+    """``address`` (``host:port`` of a running Ray, as ``RAY_ADDRESS`` gives it) is on this machine's loopback."""
+    host = address.rsplit(":", 1)[0].strip("[]") if ":" in address else address
+    return host == "localhost" or host == "::1" or host.startswith("127.")
 
 
 REPORT_WAIT_S = 45.0

@@ -23,6 +23,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import _shared_ray
 import pytest
 import torch
 from _cpu_marks import cpu_only, needs_vllm_cpu
@@ -110,13 +111,16 @@ def assets(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def recipe_env(root: Path, name: str, loss: str, **extra: str) -> dict[str, str]:
+def recipe_env(root: Path, name: str, loss: str, shared_ray: bool = False, **extra: str) -> dict[str, str]:
     """The launch's variables: the work folder ``root`` (the run logs to ``root/<name>.jsonl``, its checkpoints go to
     ``root/ckpts/<name>``), the loss, the run's name, and ``extra`` (``GPUS_PER_NODE``); no launch variable of the
-    shell's."""
+    shell's. ``shared_ray``: the launch joins the test process's Ray cluster (``_shared_ray``) instead of starting
+    its own - for launches that test neither Ray's start-up nor a killed run's restart, which a user starts anew."""
     launch = set(launch_env.names())
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RAY_")) and k not in launch}
     env.update(WORK_DIR=str(root), LOSS=loss, EXP_NAME=name, PYTHON=sys.executable, HYDRA_FULL_ERROR="1", **extra)
+    if shared_ray:
+        env.update(_shared_ray.launch_env())
     return env
 
 
@@ -128,9 +132,11 @@ def recipe_command(*overrides: str, sizes: dict[str, object] | None = None) -> l
             *overrides]  # fmt: skip
 
 
-def train(root: Path, name: str, loss: str, *overrides: str, sizes: dict[str, object] | None = None, **env: str) -> Run:
-    """``bash recipe/cpu_tiny.sh SIZES OVERRIDES`` (2 steps); fails the test with the run's output if it fails."""
-    proc = subprocess.run(recipe_command(*overrides, sizes=sizes), env=recipe_env(root, name, loss, **env),
+def train(root: Path, name: str, loss: str, *overrides: str, sizes: dict[str, object] | None = None,
+          shared_ray: bool = False, **env: str) -> Run:
+    """``bash recipe/cpu_tiny.sh SIZES OVERRIDES`` (2 steps); fails the test with the run's output if it fails.
+    ``shared_ray``: as :func:`recipe_env`."""
+    proc = subprocess.run(recipe_command(*overrides, sizes=sizes), env=recipe_env(root, name, loss, shared_ray, **env),
                           capture_output=True, text=True, timeout=900, cwd=root)  # fmt: skip
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"{name}: exit {proc.returncode}\n{output[-8000:]}"
@@ -213,7 +219,7 @@ def test_dapo_that_cannot_fill_a_batch_stops_with_an_error(assets):
     proc = subprocess.run(recipe_command("algorithm.filter_groups.enable=True", "algorithm.filter_groups.metric=reward",
                                          "algorithm.filter_groups.max_num_gen_batches=2",
                                          f"reward.custom_reward_function.path={reward}"),
-                          env=recipe_env(assets, "dapo_constant", "vanilla"), capture_output=True, text=True, timeout=600,
+                          env=recipe_env(assets, "dapo_constant", "vanilla", shared_ray=True), capture_output=True, text=True, timeout=600,
                           cwd=assets)  # fmt: skip
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0, output[-4000:]
@@ -301,7 +307,8 @@ def resume_overrides(assets: Path, use_v1: bool) -> tuple[str, ...]:
 def whole_legacy(assets: Path) -> Run:
     """The uninterrupted legacy run (2 steps, 1 training process, fixed micro-batches): the reference of the SIGKILL
     test's resumed step 2 and of the layout test's step 1 (one launch for both)."""
-    return train(assets, "whole_legacy", "clip_cov", *resume_overrides(assets, False), sizes=RESUME_SIZES)
+    return train(assets, "whole_legacy", "clip_cov", *resume_overrides(assets, False), sizes=RESUME_SIZES,
+                 shared_ray=True)
 
 
 def kill_after_checkpoint(root: Path, name: str, overrides: tuple[str, ...], sizes: dict[str, object]) -> Run:
@@ -386,7 +393,7 @@ def test_selection_is_the_same_with_one_or_two_ranks_and_fixed_or_dynamic_micro_
     the reference in both ways, ranks and micro-batching, can expose a selection depending on either.)"""
     reference = whole_legacy(assets)
     run = train(assets, "layout_two_ranks_dynamic", "clip_cov", *resume_overrides(assets, False), *DYNAMIC_BSZ,
-                sizes={**RESUME_SIZES, "trainer.total_training_steps": 1}, GPUS_PER_NODE="2")  # fmt: skip
+                sizes={**RESUME_SIZES, "trainer.total_training_steps": 1}, shared_ray=True, GPUS_PER_NODE="2")  # fmt: skip
 
     def chosen(run: Run) -> list[tuple]:
         # by content, not row index: verl balances the rows over the ranks (trainer.balance_batch), so a sample's

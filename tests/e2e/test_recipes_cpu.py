@@ -26,6 +26,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import _shared_ray
 import pytest
 from _cpu_marks import cpu_only, needs_vllm_cpu
 
@@ -154,7 +155,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory):
     def get(name: str) -> Run:
         cmd = ["bash", str(REPO / "recipe" / f"{name}.sh"), f"trainer.total_training_steps={STEPS}", *RECIPES[name],
                *(() if name in VALIDATED else NO_VALIDATION)]  # fmt: skip
-        proc = subprocess.run(cmd, env={**env, **RECIPE_ENV.get(name, {})}, cwd=scale_dir, capture_output=True,
+        # every recipe launch joins the test process's Ray cluster: none of them tests Ray's start-up (tests/e2e/
+        # _shared_ray.py; the Quick start, the SIGKILL and engine-kill runs and the two-host run start their own)
+        shared = {**env, **_shared_ray.launch_env(), **RECIPE_ENV.get(name, {})}
+        proc = subprocess.run(cmd, env=shared, cwd=scale_dir, capture_output=True,
                               text=True, timeout=1200)  # fmt: skip
         output = proc.stdout + proc.stderr
         assert proc.returncode == 0, f"{name}: exit {proc.returncode}\n{output[-8000:]}"
@@ -332,7 +336,7 @@ def test_eval_recipe_scores_a_checkpoint_the_papers_way(runs, tmp_path):
     runs("dapo_clip_cov")
     scale_dir: Path = runs.scale_dir
     ckpt = scale_dir / "ckpts" / "dapo-clip-cov" / f"global_step_{STEPS}"
-    env = {**runs.env, "CKPT": str(ckpt)}
+    env = {**runs.env, **_shared_ray.launch_env(), "CKPT": str(ckpt)}
     cmd = ["bash", str(REPO / "recipe" / "eval.sh"), "family=dapo", "eval_protocol=erc",
            "actor_rollout_ref.rollout.val_kwargs.n=8"]  # fmt: skip
     proc = subprocess.run(cmd, env=env, cwd=scale_dir, capture_output=True, text=True, timeout=1200)

@@ -218,7 +218,8 @@ def keep_local_ray_on_loopback() -> bool:
     the vLLM servers verl starts on the node address). Ray's single-machine mode - the flag it reads from
     ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` at import, ``ray_constants.ENABLE_RAY_CLUSTER`` - keeps the node
     on ``127.0.0.1`` and binds there. verl_ext sets that flag in the driver right before verl starts a
-    local Ray for a CPU-mode run; it does not apply when joining a running cluster.
+    local Ray for a CPU-mode run, and before it joins a running Ray on ``127.0.0.1`` (``RAY_ADDRESS``), whose
+    address Ray would otherwise replace the same way, then wait for a GCS that does not listen there.
     """
     from ray._private import ray_constants
 
