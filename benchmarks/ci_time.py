@@ -25,6 +25,8 @@ from typing import Any
 
 TIER = re.compile(r"^(?P<outcome>(?:\d+ (?:passed|failed|deselected|skipped|warnings?|errors?)(?:, )?)+) in "
                   r"(?P<seconds>[\d.]+)s", flags=re.M)  # fmt: skip
+MACHINE = re.compile(r"^machine: (?P<machine>.+)$", flags=re.M)
+"""The line each tier's summary ends with (tests/conftest.py ``machine_line``): CPU model, cores, memory."""
 WALL = re.compile(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (?P<clock>[\d:.]+)")
 
 
@@ -70,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--add", type=Path, help="a .ci/run log to add to --json")
     parser.add_argument("--json", type=Path, help="the results file --add appends to")
     parser.add_argument("--commit", default="", help="the commit the log ran")
-    parser.add_argument("--machine", default="", help="the machine, in words")
+    parser.add_argument("--machine", default="", help="the machine, in words (default: the log's `machine:` line)")
     parser.add_argument("--note", default="", help="what else ran on the machine, what failed")
     args = parser.parse_args(argv)
     if args.summarise:
@@ -79,8 +81,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not (args.add and args.json):
         parser.error("give --summarise FILE, or --add LOG with --json FILE")
     data = json.loads(args.json.read_text()) if args.json.exists() else {"runs": []}
-    data["runs"].append({"date": datetime.date.today().isoformat(), "commit": args.commit, "machine": args.machine, "note": args.note,
-                         **parse_log(args.add.read_text(errors="replace"))})  # fmt: skip
+    text = args.add.read_text(errors="replace")
+    machine = args.machine or next((m["machine"] for m in MACHINE.finditer(text)), "")
+    if not machine:
+        parser.error("the log has no `machine:` line (tests/conftest.py prints one per tier): give --machine")
+    data["runs"].append({"date": datetime.date.today().isoformat(), "commit": args.commit, "machine": machine,
+                         "note": args.note, **parse_log(text)})  # fmt: skip
     args.json.write_text(json.dumps(data, indent=1) + "\n")
     print(table(data["runs"]))
     return 0

@@ -77,6 +77,36 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return max(1, min(MAX_WORKERS, psutil.cpu_count(logical=False) or 1))
 
 
+def machine_line() -> str:
+    """The host as CI's time is read against: CPU model, cores, memory (``/proc/cpuinfo``, psutil)."""
+    import platform
+
+    import psutil
+
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            model = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), model)
+    except OSError:
+        pass
+    flags = ""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            present = set(next((line for line in cpuinfo if line.startswith("flags")), "").split())
+        flags = ", ".join(flag for flag in ("avx512_bf16", "amx_bf16") if flag in present) or "no bf16 instructions"
+    except OSError:
+        pass
+    memory = psutil.virtual_memory().total / 2**30
+    return (f"machine: {model} ({flags}), {psutil.cpu_count(logical=False)} cores / {psutil.cpu_count()} threads, "
+            f"{memory:.0f} GiB")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """Each tier's closing lines name the machine it ran on, beside pytest's own time (``.ci/run``'s log then says
+    what ran where: ``python -m benchmarks.ci_time``)."""
+    terminalreporter.write_line(machine_line())
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """Under pytest-xdist, an e2e test runs (set-up of its module's fixtures and tear-down included) while holding

@@ -32,3 +32,21 @@ def test_phases_of_a_log():
 def test_a_log_without_a_phase_is_an_error_naming_it(broken, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         parse_log(broken)
+
+
+def test_the_machine_comes_from_the_logs_machine_line(tmp_path):
+    """``--add`` without ``--machine`` takes the tiers' ``machine:`` line (tests/conftest.py), and refuses a log
+    without one rather than record a run on no named machine."""
+    import json
+
+    from benchmarks.ci_time import main
+
+    results = tmp_path / "runs.json"
+    log = tmp_path / "ci.log"
+    log.write_text(LOG.replace("\n1045 passed", "\nmachine: Intel(R) Xeon(R) Processor (amx_bf16), 2 cores\n1045 passed"))
+    assert main(["--add", str(log), "--json", str(results), "--commit", "abc"]) == 0
+    assert json.loads(results.read_text())["runs"][0]["machine"] == "Intel(R) Xeon(R) Processor (amx_bf16), 2 cores"
+    log.write_text(LOG)
+    with pytest.raises(SystemExit):
+        main(["--add", str(log), "--json", str(results)])
+    assert len(json.loads(results.read_text())["runs"]) == 1
