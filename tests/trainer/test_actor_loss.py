@@ -462,7 +462,8 @@ def test_the_actor_config_carries_the_autopilots_switch_and_actuator(compose):
     the loss in the worker knows which field to expect."""
     from verl.utils.config import omega_conf_to_dataclass
 
-    on = compose("verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.actuator=entropy_coef",
+    on = compose("verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.target=0.3",
+                 "verl_ext.entropy_control.actuator=entropy_coef",
                  "verl_ext.entropy_control.controller=skywork")  # fmt: skip
     actor = omega_conf_to_dataclass(on.actor_rollout_ref.actor)
     assert (actor.entropy_control_enable, actor.entropy_control_actuator) == (True, "entropy_coef")

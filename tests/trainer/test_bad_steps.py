@@ -201,7 +201,7 @@ def test_the_state_carries_its_schema_and_settings_and_a_mismatch_names_the_key(
     made = make("auto", auto_memory=20, auto_lag=1)
     run(made, GOOD)
     saved = json.loads(json.dumps(made.state_dict()))
-    assert saved["schema"] == 3 and saved["noise_ratios"] == list(self_tuning.NOISE_RATIOS)
+    assert saved["schema"] == 4 and saved["noise_ratios"] == list(self_tuning.NOISE_RATIOS)
     assert saved["target_unit"] == "nats" and saved["anchor"] is None
     for key, other in (("auto_memory", dict(auto_memory=30)), ("auto_lag", dict(auto_lag=2)),
                        ("target_unit", dict(target_unit="initial"))):

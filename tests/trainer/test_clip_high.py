@@ -179,7 +179,7 @@ def test_the_controller_holds_a_decaying_plant_on_target_with_the_bound(controll
 @pytest.mark.parametrize("controller", ["skywork", "entropic"])
 def test_the_refused_controllers_name_the_key_and_the_reason(controller):
     with pytest.raises(ConfigError) as info:
-        EntropyControlConfig(enable=True, controller=controller, actuator="clip_high")
+        EntropyControlConfig(enable=True, target=0.3, controller=controller, actuator="clip_high")
     assert info.value.key == "verl_ext.entropy_control.actuator"
     assert REFUSED[(controller, "clip_high")] in info.value.message and "'clip_high'" in info.value.message
 
@@ -191,13 +191,14 @@ def test_the_refused_controllers_name_the_key_and_the_reason(controller):
 ])  # fmt: skip
 def test_bad_clip_high_values_name_the_key(values, key, words):
     with pytest.raises(ConfigError) as info:
-        EntropyControlConfig.from_mapping({"enable": True, "actuator": "clip_high", **values})
+        EntropyControlConfig.from_mapping({"enable": True, "target": 0.3, "actuator": "clip_high", **values})
     assert info.value.key == f"verl_ext.entropy_control.{key}" and words in info.value.message
 
 
 def test_clip_high_keys_with_another_actuator_are_an_error():
     with pytest.raises(ConfigError) as info:
-        EntropyControlConfig.from_mapping({"enable": True, "actuator": "entropy_coef", "clip_high_max": 0.5})
+        EntropyControlConfig.from_mapping({"enable": True, "target": 0.3,
+                                           "actuator": "entropy_coef", "clip_high_max": 0.5})
     assert info.value.key == "verl_ext.entropy_control.clip_high_max" and "actuator=clip_high" in info.value.message
 
 

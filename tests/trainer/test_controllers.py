@@ -133,7 +133,8 @@ def test_the_driver_counts_the_optimiser_mini_batches_as_verl_splits_the_batch(c
     """ppo_epochs x responses // (ppo_mini_batch_size x rollout.n): the integrations of EntroPIC's integral."""
     from verl_ext.driver.mixin import VerlExtDriver
 
-    cfg = compose("verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.controller=entropic",
+    cfg = compose("verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.target=0.3",
+                  "verl_ext.entropy_control.controller=entropic",
                   "verl_ext.entropy_control.actuator=pos_weight", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
                   "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_epochs=3")  # fmt: skip
     driver = VerlExtDriver(cfg)
@@ -160,7 +161,7 @@ def test_entropic_drives_the_coefficient_the_other_way_round_from_its_own_actuat
 @pytest.mark.parametrize(("controller", "actuator"), sorted(REFUSED))
 def test_refused_pairs_name_the_key_and_say_why(controller, actuator):
     with pytest.raises(ConfigError) as info:
-        EntropyControlConfig(enable=True, controller=controller, actuator=actuator)
+        EntropyControlConfig(enable=True, target=0.3, controller=controller, actuator=actuator)
     assert info.value.key == "verl_ext.entropy_control.actuator"
     assert REFUSED[(controller, actuator)] in info.value.message
     assert len(PAIRS) + len(REFUSED) == 16  # every (controller, actuator) pair of 4 x 4 is allowed or refused with a reason
@@ -194,7 +195,7 @@ def test_refused_pairs_name_the_key_and_say_why(controller, actuator):
 )  # fmt: skip
 def test_bad_controller_values_name_the_key(values, key, words):
     with pytest.raises(ConfigError) as info:
-        EntropyControlConfig.from_mapping({"enable": True, **values})
+        EntropyControlConfig.from_mapping({"enable": True, "target": 0.3, **values})
     assert info.value.key == f"verl_ext.entropy_control.{key}" and words in info.value.message
 
 
@@ -207,7 +208,8 @@ def test_state_resumes_exactly_and_refuses_another_pair():
     second.load_state_dict(first.state_dict())
     second.update(3, 1.1)
     assert second.update(4, 0.9)[0] == whole.state.value
-    other = EntropyController(EntropyControlConfig(enable=True, controller="skywork", actuator="entropy_coef"))
+    other = EntropyController(EntropyControlConfig(enable=True, target=0.3,
+                                                   controller="skywork", actuator="entropy_coef"))
     with pytest.raises(ConfigError, match="controller=entropic, actuator=pos_weight"):
         other.load_state_dict(first.state_dict())
 
@@ -258,6 +260,7 @@ def test_entropy_coef_actuator_refuses_a_fixed_entropy_coefficient(compose):
 
     with pytest.raises(ConfigError) as info:
         check_driver_features(compose("trainer.use_v1=false", "verl_ext.entropy_control.enable=true",
+                                      "verl_ext.entropy_control.target=0.3",
                                       "verl_ext.entropy_control.controller=skywork",
                                       "verl_ext.entropy_control.actuator=entropy_coef",
                                       "actor_rollout_ref.actor.entropy_coeff=0.001"))  # fmt: skip

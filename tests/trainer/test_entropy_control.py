@@ -191,6 +191,7 @@ def test_validation_names_the_key_of_an_unsupported_setting(compose):
 
     for overrides, key in (
         (["actor_rollout_ref.actor.policy_loss.loss_mode=grpo_erc", "verl_ext.entropy_control.enable=true",
+          "verl_ext.entropy_control.target=0.3",
           "verl_ext.entropy_control.actuator=cov_ratio"],
          "verl_ext.entropy_control.enable"),
         ([*AUTOPILOT, "actor_rollout_ref.actor.policy_loss.cov_scope=micro"], "verl_ext.entropy_control.enable"),
@@ -501,7 +502,7 @@ def test_resuming_without_the_autopilots_state_file_is_an_error_unless_fresh_on_
     assert fresh.verl_ext_driver.load(3) is False
     assert fresh.verl_ext_driver.controller.state.integral == 0.0 and fresh.verl_ext_driver.controller.state.value is None
     with pytest.raises(ConfigError) as bad:
-        EntropyControlConfig.from_mapping({"enable": True, "fresh_on_resume": "yes"})
+        EntropyControlConfig.from_mapping({"enable": True, "target": 0.3, "fresh_on_resume": "yes"})
     assert bad.value.key == "verl_ext.entropy_control.fresh_on_resume" and "true or false" in bad.value.message
 
 

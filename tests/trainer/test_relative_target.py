@@ -1,11 +1,13 @@
-"""Targets relative to the policy's own entropy (``target_unit=initial``, AER's anchor): ``H*_t = s_t x H_1`` with
-``s_t`` the schedule of ``target`` / ``target_end`` and ``H_1`` the first measured step's entropy.
+"""Targets relative to the policy's own entropy (``target_unit=initial``, AER's anchor): ``H*_t = s_t x H_0`` with
+``s_t`` the schedule of ``target`` / ``target_end`` and ``H_0`` the geometric mean of the first ``initial_steps``
+usable steps' entropies.
 
-* validation: the unit is one of ``nats`` / ``initial``, named in the error; ratios must be > 0;
-* step 1 only measures the anchor and applies the actuator's rest value; the controller acts from step 2 on the
-  absolute target (a pi trajectory computed by hand);
-* the anchor goes with the checkpoint (a resumed controller continues identically; a schema-2 state loads only in
-  nats);
+* validation: the unit is one of ``nats`` / ``initial``, named in the error; ratios must be > 0; ``enable`` without
+  a target says how to choose one;
+* the anchoring steps only measure and apply the actuator's rest value; the controller acts after them on the
+  absolute target (a pi trajectory computed by hand, with ``initial_steps=1`` to keep it short);
+* the anchor, and an anchor in progress, go with the checkpoint (a resumed controller continues identically; a
+  schema-2 state loads only in nats, a schema-3 one as a one-step anchor);
 * a linear relative schedule, value by value.
 """
 
@@ -21,7 +23,9 @@ from verl_ext.control.autopilot import EntropyControlConfig, EntropyController
 
 
 def relative(**kwargs) -> EntropyControlConfig:
-    return EntropyControlConfig.from_mapping({"enable": True, "target_unit": "initial", **kwargs})
+    """``target_unit=initial``; ``initial_steps=1`` unless given (one anchoring step keeps the hand-computed
+    trajectories short; the default's own steps: :func:`test_the_default_anchor_is_the_geometric_mean_of_4_steps`)."""
+    return EntropyControlConfig.from_mapping({"enable": True, "target_unit": "initial", "initial_steps": 1, **kwargs})
 
 
 @pytest.mark.parametrize(("values", "key", "words"), [
@@ -30,6 +34,9 @@ def relative(**kwargs) -> EntropyControlConfig:
     ({"target_unit": "initial", "schedule": "linear", "target": 1.0, "target_end": -0.5}, "target_end",
      "a ratio to the first step's entropy"),
     ({"target": -1.0}, "target", "nats per token"),
+    ({}, "target", "target_unit=initial"),
+    ({"target": 0.5, "target_unit": "initial", "initial_steps": 0}, "initial_steps", "an integer >= 1"),
+    ({"target": 0.5, "initial_steps": 2}, "initial_steps", "target_unit=nats ignores it"),
 ])  # fmt: skip
 def test_bad_target_units_and_ratios_name_the_key(values, key, words):
     with pytest.raises(ConfigError) as info:
@@ -39,6 +46,48 @@ def test_bad_target_units_and_ratios_name_the_key(values, key, words):
 
 def test_the_default_unit_is_nats():
     assert EntropyControlConfig().target_unit == "nats"
+
+
+def test_enable_without_a_target_is_an_error_that_says_how_to_choose_one(compose):
+    """No entropy suits every model: the composed config with only enable=true fails at config time naming the key,
+    with both ways to set it."""
+    from verl_ext.checks.validation import check_driver_features
+
+    with pytest.raises(ConfigError) as info:
+        check_driver_features(compose("verl_ext.entropy_control.enable=true"))
+    assert info.value.key == "verl_ext.entropy_control.target"
+    assert "nats" in info.value.message and "target_unit=initial" in info.value.message
+    assert EntropyControlConfig().target is None  # off, it needs none
+
+
+def test_the_default_anchor_is_the_geometric_mean_of_4_steps():
+    """initial_steps=4 (the default): steps 1-4 apply the rest value 0.01 and set no target; H_0 = (1 x 2 x 4 x 0.5)
+    ^ (1/4) = sqrt(2); step 5 (H 0.5, target 0.5 sqrt 2) with pi kp 1, ki 0: 0.01 x sqrt(2) = 0.01414."""
+    cfg = EntropyControlConfig(enable=True, target_unit="initial", target=0.5, controller="pi", actuator="entropy_coef",
+                               kp=1.0, ki=0.0, coef_min=1e-4, coef_max=0.1, coef_init=0.01)  # fmt: skip
+    assert cfg.initial_steps == 4
+    controller = EntropyController(cfg)
+    for step, h in enumerate([1.0, 2.0, 4.0, 0.5], start=1):
+        value, metrics = controller.update(step, h)
+        assert value == 0.01 and "entropy_control/error" not in metrics, step
+    assert controller.anchor == pytest.approx(math.sqrt(2.0), rel=1e-12)
+    value, metrics = controller.update(5, 0.5)
+    assert metrics["entropy_control/target"] == pytest.approx(0.5 * math.sqrt(2.0), rel=1e-12)
+    assert value == pytest.approx(0.01 * math.sqrt(2.0), rel=1e-12)
+
+
+def test_an_anchor_in_progress_goes_with_the_checkpoint():
+    cfg = EntropyControlConfig(enable=True, target_unit="initial", target=0.7)
+    entropies = [2.0, 1.8, 1.5, 1.4, 1.2, 1.1]
+    whole = EntropyController(cfg)
+    want = [whole.update(s, h)[0] for s, h in enumerate(entropies, start=1)]
+    first = EntropyController(cfg)
+    for s, h in enumerate(entropies[:2], start=1):
+        first.update(s, h)
+    resumed = EntropyController(cfg)
+    resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))
+    assert [resumed.update(s, h)[0] for s, h in enumerate(entropies[2:], start=3)] == want[2:]
+    assert resumed.anchor == pytest.approx((2.0 * 1.8 * 1.5 * 1.4) ** 0.25, rel=1e-12)
 
 
 def test_step_1_anchors_and_applies_the_rest_value_then_pi_acts_on_the_absolute_target():
@@ -79,7 +128,8 @@ def test_an_unusable_first_measurement_holds_and_the_next_usable_one_anchors():
     value, metrics = controller.update(1, math.nan)
     assert value == 0.01 and math.isnan(metrics["entropy_control/target"]) and controller.anchor is None
     value, metrics = controller.update(2, 3.0)
-    assert value == 0.01 and controller.anchor == 3.0 and metrics["entropy_control/target"] == 1.5
+    assert value == 0.01 and controller.anchor == pytest.approx(3.0, rel=1e-12)
+    assert metrics["entropy_control/target"] == pytest.approx(1.5, rel=1e-12)
 
 
 def test_the_anchor_goes_with_the_checkpoint_and_a_resumed_run_keeps_the_target():
@@ -93,7 +143,7 @@ def test_the_anchor_goes_with_the_checkpoint_and_a_resumed_run_keeps_the_target(
     for s, h in enumerate(entropies[:3], start=1):
         first.update(s, h)
     saved = json.loads(json.dumps(first.state_dict()))
-    assert saved["schema"] == 3 and saved["target_unit"] == "initial" and saved["anchor"] == 2.0
+    assert saved["schema"] == 4 and saved["target_unit"] == "initial" and saved["anchor"] == 2.0
     resumed = EntropyController(cfg)
     resumed.load_state_dict(saved)
     got = [resumed.update(s, h) for s, h in enumerate(entropies[3:], start=4)]
@@ -137,5 +187,21 @@ def test_the_dry_run_summary_names_the_unit(compose):
 
     described = check_driver_features(compose("verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.target=0.5",
                                               "verl_ext.entropy_control.target_unit=initial"))  # fmt: skip
-    assert described == ["entropy control: target 0.5 x the entropy of the first step, controller auto on actuator "
+    assert described == ["entropy control: target 0.5 x the entropy of the first steps, controller auto on actuator "
                          "entropy_coef"]  # fmt: skip
+
+
+def test_a_schema_3_state_loads_as_a_one_step_anchor():
+    """Schema 3 anchored on one step: it resumes with initial_steps=1 and is refused, naming the key, with another."""
+    cfg = relative(controller="pi", actuator="entropy_coef", target=0.5, kp=1.0, ki=0.5)
+    old = EntropyController(cfg)
+    for s, h in enumerate([2.0, 1.0], start=1):
+        old.update(s, h)
+    schema_3 = {k: v for k, v in old.state_dict().items() if k not in ("initial_steps", "anchor_logs")} | {"schema": 3}
+    resumed = EntropyController(cfg)
+    resumed.load_state_dict(schema_3)
+    assert resumed.anchor == 2.0 and resumed.update(3, 0.9)[0] == old.update(3, 0.9)[0]
+    with pytest.raises(ConfigError) as info:
+        EntropyController(relative(controller="pi", actuator="entropy_coef", target=0.5, kp=1.0, ki=0.5,
+                                   initial_steps=4)).load_state_dict(schema_3)  # fmt: skip
+    assert info.value.key == "verl_ext.entropy_control.initial_steps"

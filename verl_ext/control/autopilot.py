@@ -34,14 +34,22 @@ from verl_ext.control.targets import SCHEDULES, TARGET_UNITS, target_at, target_
 logger = logging.getLogger(__name__)
 
 AUTOPILOT_CONFIG_PREFIX = "verl_ext.entropy_control."
-STATE_SCHEMA = 3
-"""The version of :meth:`EntropyController.state_dict`'s layout (3: with ``target_unit`` and the anchor ``H_1``); a
-checkpoint with another is an error on load, except schema 2 with ``target_unit=nats`` (it lacks only the anchor, which
-a target in nats does not use)."""
+STATE_SCHEMA = 4
+"""The version of :meth:`EntropyController.state_dict`'s layout (4: with ``target_unit``, the anchor ``H_0`` and the
+log entropies it averages so far); a checkpoint with another is an error on load, except schema 2 with
+``target_unit=nats`` (it lacks only the anchor, which a target in nats does not use) and schema 3 (its anchor is one
+step's entropy: it loads as ``initial_steps=1``)."""
 WEIGHT_NORMS = ("high_prob", "all_tokens")
 """``weight_norm``: what EntroPIC's term is normalised by (:mod:`verl_ext.trainer.actor_loss`)."""
 CONTROLLERS = (*FIXED_LAW_CONTROLLERS, "auto")
 """Every ``controller`` value: the fixed laws of :mod:`~verl_ext.control.controllers` and the self-tuning ``auto``."""
+INITIAL_STEPS = 4
+"""``initial_steps``' default. On the plant fitted from SmolLM2's committed logs (:mod:`verl_ext.analysis.plant`:
+measurement noise 0.50, process noise 0.17, drift -0.049 in log entropy per step) the geometric mean of the first
+``k`` steps misses the initial log entropy by (root mean square)
+``sqrt(0.50^2 / k + 0.17^2 (k - 1)(2k - 1) / 6k + (0.049 (k - 1) / 2)^2)``: 0.50 for one step, 0.36 for 2, 0.32
+for 3, 0.31 for 4 (the least), 0.31 for 5, 0.32 for 6 - more steps average the prompts' noise out, but the entropy
+wanders and drifts meanwhile."""
 AUTO_LAG_MAX = 4
 """The largest ``auto_lag`` (the committed logs' fits: 0-2 steps)."""
 AUTO_COEF_REACH = 0.1
@@ -59,6 +67,7 @@ OWNED_KEYS = {
     "entropic_kp": ("controller", "entropic"), "entropic_ki": ("controller", "entropic"),
     "entropic_integral_per": ("controller", "entropic"),
     "auto_memory": ("controller", "auto"), "auto_lag": ("controller", "auto"),
+    "initial_steps": ("target_unit", "initial"),
     **{f"ratio_{k}": ("actuator", "cov_ratio") for k in ("min", "max", "init")},
     **{f"coef_{k}": ("actuator", "entropy_coef") for k in ("min", "max", "init")},
     **{f"weight_{k}": ("actuator", "pos_weight") for k in ("min", "max", "init", "norm")},
@@ -94,15 +103,21 @@ class EntropyControlConfig(PrefixedConfig):
     (EntroPIC's alpha on high-probability tokens; any policy loss) or ``clip_high`` (the PPO upper clip bound
     ``clip_ratio_high``; the losses of :data:`~verl_ext.control.actuators.CLIP_HIGH_LOSSES`)."""
 
-    target: float = 1.0
-    """Target entropy (> 0) in ``target_unit``: nats per token, or a ratio to the first step's entropy; the start value
-    of a schedule."""
+    target: float | None = None
+    """Target entropy (> 0) in ``target_unit``: nats per token, or a ratio to the first steps' entropy; the start
+    value of a schedule. Required with ``enable=true`` (no entropy suits every model: a run without control logs its
+    level as ``actor/entropy``)."""
 
     target_unit: str = "nats"
-    """The unit of ``target`` and ``target_end``: ``nats`` (nats per token) or ``initial`` (a ratio to ``H_1``, the
-    entropy the controller measures at its first step - step 1 of a fresh run -, as AER anchors its target: 0.5 holds
-    half of it). With ``initial`` the first step only measures ``H_1`` and applies the actuator's rest value; the
-    controller acts from the next step on ``target x H_1`` (:mod:`~verl_ext.control.targets`)."""
+    """The unit of ``target`` and ``target_end``: ``nats`` (nats per token) or ``initial`` (a ratio to ``H_0``, the
+    geometric mean of the entropies measured at the first ``initial_steps`` usable steps, as AER anchors its target to
+    the initial entropy: 0.5 holds half of it). With ``initial`` those steps only measure and apply the actuator's
+    rest value; the controller acts from the next step on ``target x H_0`` (:mod:`~verl_ext.control.targets`)."""
+
+    initial_steps: int = INITIAL_STEPS
+    """``target_unit=initial``: how many usable steps the anchor ``H_0`` averages (geometric mean; an integer >= 1;
+    default :data:`INITIAL_STEPS`, the least error about the policy's initial entropy on the real model's fitted
+    plant)."""
 
     schedule: str = "constant"
     """``constant`` (``target`` throughout), ``linear`` or ``cosine`` from ``target`` to ``target_end``."""
@@ -217,7 +232,15 @@ class EntropyControlConfig(PrefixedConfig):
             raise EntropyControlConfig.error("target_unit", f"{self.target_unit!r} is invalid: allowed one of "
                                              f"{list(TARGET_UNITS)} (nats per token, or a ratio to the first step's "
                                              "entropy)")  # fmt: skip
-        _positive("target", self.target, self.target_unit)
+        if self.target is None:
+            if self.enable:
+                raise EntropyControlConfig.error("target", "is null but enable=true: set the entropy to hold - in nats "
+                                                 "per token (target=0.3; a run without control logs the policy's level "
+                                                 "as actor/entropy, and bf16 reads higher than fp32), or as a ratio to "
+                                                 "the first steps' entropy with target_unit=initial (target=0.8 holds "
+                                                 "80 % of it)")  # fmt: skip
+        else:
+            _positive("target", self.target, self.target_unit)
         if self.schedule == "constant":
             if self.target_end is not None:
                 raise EntropyControlConfig.error("target_end", f"{self.target_end!r} is set but schedule=constant ignores it: "
@@ -239,7 +262,8 @@ class EntropyControlConfig(PrefixedConfig):
         if self.ratio_init is not None and not self.ratio_min <= _number("ratio_init", self.ratio_init) <= self.ratio_max:
             raise EntropyControlConfig.error("ratio_init", f"{self.ratio_init!r} is invalid: allowed null or a number in "
                                       f"[ratio_min, ratio_max] = [{self.ratio_min}, {self.ratio_max}]")  # fmt: skip
-        for key, low, high in (("auto_memory", 2, None), ("auto_lag", 0, AUTO_LAG_MAX), ("max_bad_steps", 1, None)):
+        for key, low, high in (("auto_memory", 2, None), ("auto_lag", 0, AUTO_LAG_MAX), ("max_bad_steps", 1, None),
+                               ("initial_steps", 1, None)):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
                 allowed = f"an integer in [{low}, {high}]" if high is not None else f"an integer >= {low}"
@@ -358,7 +382,11 @@ class EntropyController:
         self.last_held = False
         """Whether the last step held the actuator (an unusable measurement): nothing the step applied is learned."""
         self.anchor: float | None = None
-        """``target_unit=initial``: ``H_1``, the entropy of the first usable step (``None`` before it, and in nats)."""
+        """``target_unit=initial``: ``H_0``, the geometric mean of the first ``initial_steps`` usable entropies
+        (``None`` before them, and in nats)."""
+        self.anchor_logs: list[float] = []
+        """``target_unit=initial``: the log entropies of the usable steps so far, until ``initial_steps`` of them set
+        the anchor."""
 
     @property
     def state(self):
@@ -418,9 +446,12 @@ class EntropyController:
         return decided.value, metrics
 
     def _anchor(self, step: int, entropy: float) -> tuple[float, dict[str, float]]:
-        """``target_unit=initial``, the first usable measurement: it becomes the anchor ``H_1``; the controller does
-        not run (there is no target to compare with before it) and the actuator applies its rest value."""
-        self.anchor = entropy
+        """``target_unit=initial``, one of the first ``initial_steps`` usable measurements: the last of them sets the
+        anchor ``H_0`` (their geometric mean); the controller does not run (there is no target to compare with
+        before it) and the actuator applies its rest value."""
+        self.anchor_logs.append(math.log(entropy))
+        if len(self.anchor_logs) >= self.config.initial_steps:
+            self.anchor = math.exp(sum(self.anchor_logs) / len(self.anchor_logs))
         target = target_nats(self.config, step, self.total_steps, self.anchor)
         return self._apply_without_controller(step, target, entropy, self.actuator.init)
 
@@ -494,6 +525,8 @@ class EntropyController:
         """The settings the saved state depends on: a resume with other values is an error naming the key."""
         out: dict[str, Any] = {"controller": self.controller.name, "actuator": self.actuator.name,
                                "target_unit": self.config.target_unit}
+        if self.config.target_unit == "initial":
+            out["initial_steps"] = self.config.initial_steps
         if isinstance(self.controller, SelfTuningController):
             out.update(auto_memory=self.controller.memory, auto_lag=self.controller.lag, noise_ratios=list(NOISE_RATIOS))
             # auto's coordinates are measured from the range's bottom (log(ratio / ratio_min), eps_high - clip_high_min)
@@ -506,7 +539,8 @@ class EntropyController:
     def state_dict(self) -> dict[str, Any]:
         """The checkpoint's state (JSON-safe): :data:`STATE_SCHEMA`, the :meth:`settings` it depends on, the
         controller's state and the bad-measurement counters."""
-        return {"schema": STATE_SCHEMA, **self.settings(), "anchor": self.anchor, "state": state_dict(self.controller),
+        return {"schema": STATE_SCHEMA, **self.settings(), "anchor": self.anchor, "anchor_logs": list(self.anchor_logs),
+                "state": state_dict(self.controller),
                 "guard": {"held": self.held, "bad_steps": self.bad_steps, "bad_in_a_row": self.bad_in_a_row,
                           "last_held": self.last_held}}  # fmt: skip
 
@@ -515,25 +549,30 @@ class EntropyController:
         lag, noise grid) or a state whose lists do not fit them is an error naming the key."""
         saved_schema = state.get("schema")
         if saved_schema == 2 and self.config.target_unit == "nats":  # schema 2 lacks only the anchor, unused in nats
-            state = {**state, "schema": STATE_SCHEMA, "target_unit": "nats", "anchor": None}
+            state = {**state, "schema": 3, "target_unit": "nats", "anchor": None}
+        if state.get("schema") == 3:  # an anchor of one step's entropy, and nothing of one in progress
+            one_step = {"initial_steps": 1} if state.get("target_unit") == "initial" else {}
+            state = {**state, **one_step, "schema": STATE_SCHEMA, "anchor_logs": []}
         elif saved_schema == 2:
-            raise EntropyControlConfig.error("target_unit", "initial needs the anchor H_1 that this checkpoint's "
-                                             "autopilot state (schema 2) does not hold: resume with target_unit=nats, "
-                                             "or start a fresh run")  # fmt: skip
+            raise EntropyControlConfig.error("target_unit", "initial needs the anchor H_0 that this checkpoint's "
+                                             "entropy-control state (schema 2) does not hold: resume with "
+                                             "target_unit=nats, or start a fresh run")  # fmt: skip
         if state.get("schema") != STATE_SCHEMA:
-            raise EntropyControlConfig.error("schema", f"the checkpoint's autopilot state has schema {saved_schema!r}; "
+            raise EntropyControlConfig.error("schema", f"the checkpoint's entropy-control state has schema "
+                                             f"{saved_schema!r}; "
                                              f"this verl_ext reads schema {STATE_SCHEMA}: start the controller afresh "
                                              "(remove the state file and set fresh_on_resume=true) or resume with the "
                                              "verl_ext that wrote it")  # fmt: skip
         saved = (state.get("controller"), state.get("actuator"))
         mine_pair = (self.controller.name, self.actuator.name)
         if saved != mine_pair:
-            raise EntropyControlConfig.error("controller", f"the checkpoint's autopilot state is controller={saved[0]}, "
+            raise EntropyControlConfig.error("controller", f"the checkpoint's entropy-control state is controller="
+                                             f"{saved[0]}, "
                                              f"actuator={saved[1]}; this run is controller={mine_pair[0]}, actuator="
                                              f"{mine_pair[1]}: resume with the same pair, or start a fresh run")  # fmt: skip
         for key, mine in self.settings().items():
             if state.get(key) != mine:
-                raise EntropyControlConfig.error(key, f"the checkpoint's autopilot state was saved with {key}="
+                raise EntropyControlConfig.error(key, f"the checkpoint's entropy-control state was saved with {key}="
                                                  f"{state.get(key)!r}; this run has {key}={mine!r}: resume with the "
                                                  "same setting, or start a fresh run")  # fmt: skip
         inner = dict(state["state"])
@@ -544,8 +583,9 @@ class EntropyController:
         guard = state["guard"]
         self.held, self.bad_steps = guard["held"], int(guard["bad_steps"])
         self.bad_in_a_row, self.last_held = int(guard["bad_in_a_row"]), bool(guard["last_held"])
-        anchor = state.get("anchor")  # None in nats, or before the first usable step: that step anchors
+        anchor = state.get("anchor")  # None in nats, or before initial_steps usable steps: they go on anchoring
         self.anchor = None if anchor is None else float(anchor)
+        self.anchor_logs = [float(v) for v in state.get("anchor_logs", [])]
         self.last_step = int(self.controller.state.step) or None
 
 

@@ -3,17 +3,18 @@
 ``target`` and ``target_end`` are read in the unit ``target_unit`` names:
 
 * ``nats`` - nats per token, as they are;
-* ``initial`` - ratios to ``H_1``, the entropy the controller measured at its first step (step 1 of a fresh run), as AER
-  (arXiv 2510.10959) anchors its target to the initial entropy: ``target=0.5`` holds half of it.
+* ``initial`` - ratios to ``H_0``, the geometric mean of the entropies the controller measured at its first
+  ``initial_steps`` usable steps (from step 1 of a fresh run), as AER (arXiv 2510.10959) anchors its target to the
+  initial entropy: ``target=0.5`` holds half of it.
 
 The step's target in nats is then::
 
     H*_t = s_t                 (nats)
-    H*_t = s_t x H_1           (initial)
+    H*_t = s_t x H_0           (initial)
     s_t  = target                                                         (schedule=constant)
     s_t  = target + (target_end - target) p_t,  p_t = (t - 1) / (T - 1)    (linear; cosine: p_t -> (1 - cos(pi p_t)) / 2)
 
-with ``T`` = ``schedule_steps`` (or ``trainer.total_training_steps``) and ``p_t`` clamped to [0, 1]. ``H_1`` is kept in
+with ``T`` = ``schedule_steps`` (or ``trainer.total_training_steps``) and ``p_t`` clamped to [0, 1]. ``H_0`` is kept in
 the controller's checkpoint state, so a resumed run keeps the same target.
 """
 
@@ -46,7 +47,7 @@ def target_at(config: Any, step: int, total_steps: int | None = None) -> float:
 
 
 def target_nats(config: Any, step: int, total_steps: int | None, anchor: float | None) -> float:
-    """``H*_t`` in nats per token: :func:`target_at` as it is (``target_unit=nats``) or times ``anchor`` (``H_1``,
+    """``H*_t`` in nats per token: :func:`target_at` as it is (``target_unit=nats``) or times ``anchor`` (``H_0``,
     ``initial``); ``NaN`` for ``initial`` before the anchor is measured."""
     scheduled = target_at(config, step, total_steps)
     if config.target_unit == "nats":
@@ -57,7 +58,7 @@ def target_nats(config: Any, step: int, total_steps: int | None, anchor: float |
 def describe(config: Any) -> str:
     """The target in words, for the dry run's summary: ``0.3 nats/token``, ``linear 0.5 -> 0.3 x H(step 1)``."""
     span = f"{config.target}" if config.schedule == "constant" else f"{config.schedule} {config.target} -> {config.target_end}"
-    return f"{span} nats/token" if config.target_unit == "nats" else f"{span} x the entropy of the first step"
+    return f"{span} nats/token" if config.target_unit == "nats" else f"{span} x the entropy of the first steps"
 
 
 __all__ = ["SCHEDULES", "TARGET_UNITS", "describe", "target_at", "target_nats"]
