@@ -46,6 +46,8 @@ FITTED = {
                               se_gain=0.3611, innovations=508, runs=14, start=0.2968),
     "real_cov_ratio": dict(drift=-0.0471, gain=0.0073, lag=0, process_sigma=0.1894, measure_sigma=0.4899,
                            se_gain=0.0046, innovations=424, runs=12, start=0.3253),
+    "real_pos_weight": dict(drift=-0.0484, gain=0.0029, lag=0, process_sigma=0.0591, measure_sigma=0.5885,
+                            se_gain=0.0202, innovations=333, runs=9, start=0.2930),
     "toy_cov_ratio": dict(drift=-0.0243, gain=0.00738, lag=1, process_sigma=0.0445, measure_sigma=0.0,
                           se_gain=0.00128, innovations=489, runs=21, start=3.3818),
     "toy_entropy_coef": dict(drift=-0.0188, gain=0.3585, lag=0, process_sigma=0.0292, measure_sigma=0.0,
@@ -77,6 +79,17 @@ def test_what_the_fits_say():
     assert 0.02 < toy_ratio < 0.04  # the toy autopilot's ratios at the end of its runs: 0.015-0.044
     selected = selected_fraction_fit(BENCH)
     assert abs(selected.gain) < 1.5 * selected.se_gain
+
+
+def test_entropics_weight_shows_no_authority_on_the_real_model():
+    """EntroPIC's alpha (alpha > 0 should lower entropy: a negative gain) moved log H by 0.003 +- 0.020 per unit per
+    step in the committed runs: within one standard error of 0. Even at two standard errors its whole reach
+    (|alpha| <= 1) moves log H by at most 0.043 a step, under a quarter of the coefficient's default reach
+    (0.1 x 1.8 = 0.18): these logs support no default on it."""
+    coef, _ = fitted_plant("real_entropy_coef", BENCH)
+    _, fit = fitted_plant("real_pos_weight", BENCH)
+    assert abs(fit.gain) < fit.se_gain
+    assert abs(fit.gain) + 2 * fit.se_gain < 0.25 * 0.1 * coef.gain
 
 
 def _logged_gaps(names: list[str], target: float) -> list[float]:

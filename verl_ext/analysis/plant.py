@@ -35,6 +35,10 @@ measurement. Standard errors are the weighted least squares' at the chosen ``lam
   entropy, so it is correlated with the measurement noise and shows no effect (see :func:`selected_fraction_fit`);
   the gain per log of the asked ratio is therefore the effect *through* the candidate set, which limited it in most
   steps.
+* ``real_pos_weight`` - the same model: the vanilla runs (``a = 0``) and EntroPIC's law on its weight alpha
+  (``results_real_model_entropic_40{,_seed1,_seed2}.jsonl`` with EntroPIC's gains,
+  ``results_real_model_entropic_regime_40{,_seed1,_seed2}.jsonl`` with ``entropic_ki`` 0.1); ``a`` = the applied alpha
+  (``entropy_control/value``; alpha > 0 lowers entropy, so the fitted gain is negative).
 * ``toy_cov_ratio`` - the CPU recipe's toy (16 prompts x 8 responses x 16 tokens): vanilla and fixed Clip-Cov (0.02)
   and the autopilot of ``results_autopilot_recipe_cpu.json`` (its selected fraction) and of
   ``results_entropy_control_cpu.json`` (its ratio: there every asked token qualified); ``a = log(ratio / 0.001)``.
@@ -232,6 +236,10 @@ REAL_COEF = tuple(f"results_real_model_{n}.jsonl" for n in (
 REAL_AUTOPILOT_RATIO = tuple(f"results_real_model_{n}.jsonl" for n in (
     "autopilot_40", "autopilot_40_limited", "autopilot_40_seed1", "autopilot_40_seed2")) + (
     "results_real_model_demo/autopilot.jsonl", "results_real_model_demo/seed1/autopilot.jsonl")  # fmt: skip
+REAL_POS_WEIGHT = tuple(f"results_real_model_{n}.jsonl" for n in (
+    "entropic_40", "entropic_40_seed1", "entropic_40_seed2", "entropic_regime_40", "entropic_regime_40_seed1",
+    "entropic_regime_40_seed2"))  # fmt: skip
+"""The real model's EntroPIC runs on its weight alpha (their gains, and ``entropic_ki=0.1``; target 0.3)."""
 REAL_FIXED_RATIO = ("results_real_model_clip_cov_40.jsonl", "results_real_model_clip_cov_40_seed1.jsonl",
                     "results_real_model_clip_cov_40_seed2.jsonl")  # fmt: skip
 REAL_FIXED_RATIO_VALUE = 0.1
@@ -260,6 +268,9 @@ def plant_series(name: str, root: str | Path) -> list[Series]:
     if name == "real_entropy_coef":
         return ([real_series(root / f, None, COEF) for f in REAL_VANILLA]
                 + [real_series(root / f, _value, COEF) for f in REAL_COEF])  # fmt: skip
+    if name == "real_pos_weight":
+        return ([real_series(root / f, None, COEF) for f in REAL_VANILLA]
+                + [real_series(root / f, _value, COEF) for f in REAL_POS_WEIGHT])  # fmt: skip
     if name == "real_cov_ratio":
         return ([real_series(root / f, None, RATIO) for f in REAL_VANILLA]
                 + [real_series(root / f, _asked_ratio, RATIO) for f in REAL_AUTOPILOT_RATIO]
@@ -287,6 +298,7 @@ def plant_series(name: str, root: str | Path) -> list[Series]:
 PLANTS = {
     "real_entropy_coef": ("entropy_coef", COEF),
     "real_cov_ratio": ("cov_ratio", RATIO),
+    "real_pos_weight": ("pos_weight", COEF),
     "toy_cov_ratio": ("cov_ratio", RATIO),
     "toy_entropy_coef": ("entropy_coef", COEF),
 }
