@@ -43,7 +43,19 @@ def _guard_env() -> dict[str, str]:
     return {"PYTEST_VERL_EXT_FAST_TIER": "1", "PYTHONPATH": os.pathsep.join([str(FAST_TIER), *([path] if path else [])])}
 
 
+def selects_e2e(config: pytest.Config) -> bool:
+    """The run selects the end-to-end tier (``-m e2e``, or a mark expression naming it other than ``not e2e``)."""
+    markexpr = config.getoption("markexpr", "") or ""
+    return "e2e" in markexpr.replace("not e2e", "")
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    if selects_e2e(config) and config.getoption("dist", "no") == "loadfile":
+        # the e2e tier spreads groups of tests, not files (pyproject's addopts say loadfile, for the fast tier):
+        # the tests that share a launch form a group (pytest_collection_modifyitems), so that one slow file does
+        # not hold one worker while the other idles
+        config.option.dist = "loadgroup"
+        config.option.loadscopereorder = False  # the groups go out longest first (pytest_collection_modifyitems)
     config.addinivalue_line("markers", "engine: runs verl's real FSDP2 TrainingWorker on CPU/gloo (slow-ish)")
     config.addinivalue_line("markers", "e2e: runs verl's whole trainer in CPU mode (Ray, FSDP2, vLLM's CPU engine; minutes); "
                             "the end-to-end tier, python -m pytest -m e2e")  # fmt: skip
@@ -71,10 +83,46 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
         return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
     import psutil
 
-    markexpr = config.getoption("markexpr", "") or ""
-    if "e2e" in markexpr.replace("not e2e", ""):
+    if selects_e2e(config):
         return E2E_WORKERS if psutil.virtual_memory().total >= E2E_MIN_MEMORY_GIB * 2**30 else 0
     return max(1, min(MAX_WORKERS, psutil.cpu_count(logical=False) or 1))
+
+
+E2E_GROUP_SECONDS: dict[str, float] = {
+    "test_cluster_sim.py": 930, "dapo_clip_cov": 760, "whole_legacy": 640, "gsm8k_grpo_erc": 410, "dapo_bapo": 410,
+    "killed_v1": 340, "demo": 240, "dapo_entropy_adv": 225, "dapo_high_entropy": 220, "gsm8k_grpo_vanilla": 215,
+    "dapo_cannot_fill": 210, "gsm8k_grpo_kl_clip": 210, "dapo_gppo_erc": 210, "dapo_kl_cov": 195,
+    "engine_killed": 145, "test_main_ppo.py": 60, "test_cluster_scripts.py": 25, "test_cpu_mode.py": 22,
+    "test_engine_cpu.py": 20,
+}  # fmt: skip
+"""Seconds each e2e group took (``--durations``, two launches at a time, 2-core Intel Xeon): the groups are handed to
+the workers longest first, so that no long group starts last and leaves one worker running alone. A group missing
+here counts as a 200 s one; the order only moves the tier's end, never what runs."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """An e2e test without an ``xdist_group`` mark joins its file's group: a file runs in one worker unless its tests
+    name the launch they share (``pytest.mark.xdist_group(<launch>)``), and then each launch's tests run in one
+    worker, which launches it once (its module's fixtures cache the runs per worker). The e2e tests are ordered by
+    :data:`E2E_GROUP_SECONDS`, longest group first (a stable sort: a group's tests keep their order)."""
+    e2e = [item for item in items if item.get_closest_marker("e2e") is not None]
+    if not e2e:
+        return
+    for item in e2e:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(Path(str(item.path)).name))
+
+    def group(item: pytest.Item) -> str:
+        mark = item.get_closest_marker("xdist_group")
+        return mark.kwargs.get("name") or mark.args[0]
+
+    first = {}
+    for index, item in enumerate(e2e):
+        first.setdefault(group(item), index)
+    e2e.sort(key=lambda item: (-E2E_GROUP_SECONDS.get(group(item), 200.0), first[group(item)]))
+    others = [item for item in items if item.get_closest_marker("e2e") is None]
+    items[:] = [*e2e, *others]
 
 
 def machine_line() -> str:

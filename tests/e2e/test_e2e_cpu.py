@@ -4,7 +4,8 @@ pass, update, weight sync), for what the GPU recipes (tests/e2e/test_recipes_cpu
 verl_ext.demo`` (its run is the entropy control with the token lens), DAPO that cannot fill a batch, a run killed
 with SIGKILL then resumed (both trainers), and the selection with one or two ranks.
 
-Each run is checked from verl's file-logger JSONL and its checkpoints. Settings make every method act: two
+Each run is checked from verl's file-logger JSONL and its checkpoints. The tests that share a launch form one
+``xdist_group`` (the e2e tier spreads groups over its workers: tests/conftest.py). Settings make every method act: two
 mini-batches per step, a selection ratio that picks a handful of the ~100 tokens of a batch, and Clip-Cov bounds
 that admit every token (so its budget, not the bounds, decides how many are picked).
 """
@@ -97,7 +98,7 @@ class Run:
         return float(data[key])
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # kept while the worker runs other files' groups in between
 def assets(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny model and the task data, built once (the recipe's own builder)."""
     root = tmp_path_factory.mktemp("cpu_e2e")
@@ -162,7 +163,7 @@ def demo(root: Path, *args: str) -> Run:
     return Run("autopilot", root, output, log=root / "runs" / "autopilot.jsonl")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # kept while the worker runs other files' groups in between
 def runs(assets: Path):
     """``runs(name)``: the run of that name, trained on first use."""
 
@@ -196,6 +197,7 @@ def budget(run: Run, step: int, ratio: float) -> float:
 # every loss, both trainers
 # ----------------------------------------------------------------------------------------------------------
 
+@pytest.mark.xdist_group("demo")
 @pytest.mark.parametrize("name", ["demo_autopilot_lens"])
 def test_trains_two_steps_with_finite_metrics_and_live_weight_sync(runs, name):
     """2 steps of verl's loop; the update moved the policy (ppo_kl != 0 in step 1) and the rollout engine
@@ -210,6 +212,7 @@ def test_trains_two_steps_with_finite_metrics_and_live_weight_sync(runs, name):
     assert any(run.metric(step, "critic/advantages/max") > run.metric(step, "critic/advantages/min") for step in (1, 2))
 
 
+@pytest.mark.xdist_group("dapo_cannot_fill")
 def test_dapo_that_cannot_fill_a_batch_stops_with_an_error(assets):
     """Every response scores the same (a constant reward): DAPO's filter evicts every group, verl's replay buffer
     would refill forever; the run stops at step 1 naming the key, after max_num_gen_batches generation batches."""
@@ -228,6 +231,7 @@ def test_dapo_that_cannot_fill_a_batch_stops_with_an_error(assets):
         assert words in output, output[-6000:]
 
 
+@pytest.mark.xdist_group("demo")
 def test_actor_parameters_changed(runs, assets):
     """The step-2 checkpoint's actor weights differ from the initial model's."""
     from safetensors.torch import load_file
@@ -249,6 +253,7 @@ def lens_rows(run: Run) -> dict[int, list[dict]]:
     return rows
 
 
+@pytest.mark.xdist_group("demo")
 def test_autopilot_sets_the_ratio_and_the_lens_writes_the_selection(runs):
     """V1 trainer: the autopilot's ratio of each step is the one the selection used (its budget), and the lens
     wrote exactly that many tokens, decoded, at valid positions."""
@@ -335,7 +340,9 @@ def kill_after_checkpoint(root: Path, name: str, overrides: tuple[str, ...], siz
     return Run(name, root, output)
 
 
-@pytest.mark.parametrize("use_v1", [False, True], ids=["legacy", "v1"])
+@pytest.mark.parametrize("use_v1", [pytest.param(False, marks=pytest.mark.xdist_group("whole_legacy")),
+                                    pytest.param(True, marks=pytest.mark.xdist_group("killed_v1"))],
+                         ids=["legacy", "v1"])  # fmt: skip
 def test_sigkill_after_a_checkpoint_then_the_same_command_resumes_losing_nothing(assets, use_v1):
     """A run killed with SIGKILL (its whole process group) right after its step-1 checkpoint, then the same command
     again (``resume_mode=auto``): training resumes at step 2, verl's JSONL keeps step 1 and continues, and the
@@ -385,6 +392,7 @@ def test_sigkill_after_a_checkpoint_then_the_same_command_resumes_losing_nothing
 # the same selection whatever the parallel layout
 # ----------------------------------------------------------------------------------------------------------
 
+@pytest.mark.xdist_group("whole_legacy")
 def test_selection_is_the_same_with_one_or_two_ranks_and_fixed_or_dynamic_micro_batches(assets):
     """The same recipe and seed on 1 training process with fixed micro-batches (the SIGKILL test's uninterrupted legacy
     run) and on 2 with verl's dynamic batch size (legacy trainer: its batch order is deterministic; greedy rollouts:
@@ -407,6 +415,7 @@ def test_selection_is_the_same_with_one_or_two_ranks_and_fixed_or_dynamic_micro_
         reference.metric(1, "actor/clip_cov/batch_cov_selected_mean"), rel=1e-5, abs=1e-7)
 
 
+@pytest.mark.xdist_group("demo")
 def test_demo_reports_its_run_and_the_replacement_is_announced_once(runs, assets):
     """The demo's outputs from its run of verl's trainer: the terminal table and the autopilot's tracking line, the
     CSV (the JSONL's steps), the PNG; and verl_ext's one line saying its clip_cov replaces verl's, printed by the
@@ -428,6 +437,7 @@ def test_demo_reports_its_run_and_the_replacement_is_announced_once(runs, assets
 # a rollout engine that dies during the weight sync
 # ----------------------------------------------------------------------------------------------------------
 
+@pytest.mark.xdist_group("engine_killed")
 def test_an_engine_killed_during_the_weight_sync_stops_the_run_naming_it(assets):
     """vLLM's engine process killed during the third weight sync (after step 2's checkpoint; verl's server actor
     lives on, and verl's trainer would wait in update_weights for ever): the entry point's watchdog finds the engine

