@@ -27,7 +27,8 @@ it (the toy demo's target is 5 %; the fitted toy's white process noise, 0.044 a 
 the least any controller reaches there)."""
 TARGET = {"real_entropy_coef": 0.3, "toy_cov_ratio": 2.6}
 AUTO_RANGE = {"entropy_coef": dict(coef_min=-0.1, coef_max=0.1), "cov_ratio": dict(ratio_min=1e-3, ratio_max=0.5)}
-"""The ranges of the committed runs (the coefficient made two-sided: below 0 it minimises entropy)."""
+"""Not the defaults: the opt-in two-sided coefficient (below 0 it minimises entropy) and the committed runs' ratio
+range, for the robustness tests below; what the defaults do is :func:`test_the_defaults_on_the_real_model`'s."""
 PI_RANGE = {"entropy_coef": dict(coef_min=1e-4, coef_max=0.1, coef_init=0.005),
             "cov_ratio": dict(ratio_min=1e-3, ratio_max=0.5)}  # fmt: skip
 
@@ -170,6 +171,29 @@ def test_auto_learns_from_what_the_selection_applied():
 
 # ----------------------------------------------------------------------------------------------------------
 # on the fitted plants: the bounds it meets and PI fails
+
+
+DEFAULTS_ON_THE_REAL_MODEL = {"bias": 0.173, "block_gap": 0.321, "bound_share": 0.15}
+"""The defaults' medians on the fitted real plant (``EntropyControlConfig(enable=True, target=0.3)``, 60 seeds)."""
+
+
+def defaults_figures(plant) -> dict:
+    runs = [simulate(plant, EntropyController(EntropyControlConfig(enable=True, target=0.3)), seed=s) for s in SEEDS]
+    return median_figures(runs, 0.3)
+
+
+def test_the_defaults_on_the_real_model(plants):
+    """Nothing but ``enable`` and ``target``: auto on the coefficient in [0, 0.1] keeps the block gap and the share on
+    a bound within their bounds; its bias is what the next test records."""
+    got = defaults_figures(plants["real_entropy_coef"])
+    assert not meets(got, {"block_gap": NOMINAL["block_gap"], "bound_share": NOMINAL["bound_share"]}), got
+    assert {k: got[k] for k in DEFAULTS_ON_THE_REAL_MODEL} == pytest.approx(DEFAULTS_ON_THE_REAL_MODEL, abs=0.005)
+
+
+@pytest.mark.xfail(strict=True, reason="the defaults' median bias on the fitted real plant is 0.17 > 0.15: the "
+                   "coefficient (coef_min=0) can only raise entropy, and after an overshoot rests on 0")  # fmt: skip
+def test_the_defaults_meet_the_bias_bound_on_the_real_model(plants):
+    assert defaults_figures(plants["real_entropy_coef"])["bias"] <= NOMINAL["bias"]
 
 
 def test_on_the_real_model_auto_meets_the_bounds_that_pi_10_2_fails_by_saturation(plants):
