@@ -47,6 +47,31 @@ PHASES = (
     ("step_1", "step:1 "),
 )
 
+PROCESSES = (
+    ("task_runner", "(VerlExtTaskRunner"),
+    ("transfer_queue", "(SimpleStorageUnit"),
+    ("fsdp_worker", "(WorkerDict"),
+    ("vllm_server", "(vLLMHttpServer"),
+    ("engine_core", "(EngineCore"),
+    ("load_balancer", "(GlobalRequestLoadBalancer"),
+    ("agent_loop", "(AgentLoopWorker"),
+)
+"""Ray's log prefix of each process kind: the seconds at which a run first prints from one (its process up and its
+first import done) are kept beside the phases (``first_line``), to place each process start inside its phase."""
+
+IMPORTS = {
+    "driver": "verl_ext.main_ppo",
+    "task_runner": "verl_ext.trainer.v1",
+    "fsdp_worker": "verl.workers.engine_workers",
+    "transfer_queue": "transfer_queue.storage.simple_storage",
+    "vllm_server": "verl.workers.rollout.vllm_rollout.vllm_async_server",
+    "engine_core": "vllm.v1.engine.core",
+    "load_balancer": "verl.workers.rollout.router",
+    "agent_loop": "verl.trainer.ppo.v1.agent_loop_tq",
+}
+"""The module whose class each process kind runs: its import in a fresh interpreter (``VERL_PLATFORM=cpu``, as every
+process of a CPU-mode run) is that process's import cost (``--imports``)."""
+
 VARIANTS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
     # verl's 8 TransferQueue storage actors; one vLLM server per training process (TP 1, SCALE=cpu's former GEN_TP)
     "before": ({"GEN_TP": "1"}, ("transfer_queue.backend.SimpleStorage.num_data_storage_units=8",)),
@@ -66,6 +91,7 @@ def timed_run(recipe: str, scale_dir: Path, env_extra: dict[str, str], args: tup
     env.update(SCALE="cpu", WORK_DIR=str(scale_dir), PYTHON=sys.executable, EXP_NAME=f"startup-{log.stem}", **env_extra)
     start = time.monotonic()
     seen: dict[str, float] = {}
+    first: dict[str, float] = {}
     cmd = ["bash", str(REPO / "recipe" / f"{recipe}.sh"), "trainer.total_training_steps=1", "trainer.test_freq=-1", *args]
     proc = subprocess.Popen(cmd, env=env, cwd=scale_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     with log.open("w") as out:
@@ -75,20 +101,47 @@ def timed_run(recipe: str, scale_dir: Path, env_extra: dict[str, str], args: tup
             for phase, marker in PHASES:
                 if phase not in seen and marker in line:
                     seen[phase] = now
+            for kind, marker in PROCESSES:
+                if kind not in first and marker in line:
+                    first[kind] = round(now, 2)
     if proc.wait() != 0:
         raise RuntimeError(f"{recipe} {env_extra} {args} failed: see {log}")
+    seen["first_line"] = first  # type: ignore[assignment]
     return seen
+
+
+def import_seconds(module: str, rounds: int) -> float:
+    """Median wall seconds of ``import module`` in a fresh interpreter with ``VERL_PLATFORM=cpu``, less an empty
+    interpreter's start."""
+    env = {**os.environ, "VERL_PLATFORM": "cpu"}
+
+    def wall(code: str) -> float:
+        start = time.monotonic()
+        subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, timeout=600)
+        return time.monotonic() - start
+
+    empty = statistics.median(wall("pass") for _ in range(rounds))
+    return round(statistics.median(wall(f"import {module}") for _ in range(rounds)) - empty, 2)
+
+
+def import_table(imports: dict[str, float]) -> str:
+    """``--imports``' result as a markdown table: process kind, module, seconds."""
+    lines = ["| process | module imported | seconds |", "| --- | --- | ---: |"]
+    lines += [f"| {kind} | `{IMPORTS[kind]}` | {seconds:.2f} |" for kind, seconds in imports.items()]
+    return "\n".join(lines)
 
 
 def durations(seen: dict[str, float]) -> dict[str, float | None]:
     """Each phase's duration (from the previous phase's end) and the time to the first step."""
-    out: dict[str, float | None] = {}
+    out: dict[str, Any] = {}
     previous = 0.0
     for phase, _ in PHASES:
         at = seen.get(phase)
         out[phase] = None if at is None else round(at - previous, 2)
         previous = at if at is not None else previous
     out["to_first_step"] = None if "validation" not in seen else round(seen["validation"], 2)
+    if "first_line" in seen:
+        out["first_line"] = seen["first_line"]
     return out
 
 
@@ -113,11 +166,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
     parser.add_argument("--work", type=Path, help="folder for the assets and logs (default: a temporary one)")
     parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--imports", action="store_true",
+                        help="measure only each process kind's import (IMPORTS), --rounds times, and write --json")
     parser.add_argument("--summarise", type=Path, default=None, metavar="JSON",
                         help="run nothing: print the table of an earlier run's --json file (markdown) and exit")
     opts = parser.parse_args(argv)
     if opts.summarise:
         print(table(json.loads(opts.summarise.read_text())["summary"]))
+        return
+    if opts.imports:
+        imports = {kind: import_seconds(module, opts.rounds) for kind, module in IMPORTS.items()}
+        print(import_table(imports))
+        if opts.json:
+            opts.json.write_text(json.dumps({"rounds": opts.rounds, "cpus": os.cpu_count(), "imports": imports,
+                                             "command": " ".join(["python", "benchmarks/startup_phases.py",
+                                                                  *(argv if argv is not None else sys.argv[1:])])},
+                                            indent=2) + "\n")  # fmt: skip
         return
     names = opts.variants.split(",")
     unknown = sorted(set(names) - set(VARIANTS))
@@ -137,7 +201,8 @@ def main(argv: list[str] | None = None) -> None:
     summary = {}
     for name, rows in runs.items():
         summary[name] = {key: round(statistics.median(row[key] for row in rows), 2)
-                         if all(row[key] is not None for row in rows) else None for key in rows[0]}  # fmt: skip
+                         if all(row[key] is not None for row in rows) else None
+                         for key in rows[0] if key != "first_line"}  # fmt: skip
     if "before" in summary and "after" in summary:
         summary["after_over_before"] = round(summary["after"]["to_first_step"] / summary["before"]["to_first_step"], 3)
     result = {"recipe": opts.recipe, "rounds": opts.rounds, "cpus": os.cpu_count(), "summary": summary, "runs": runs,
