@@ -172,7 +172,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="run nothing: print the table of an earlier run's --json file (markdown) and exit")
     opts = parser.parse_args(argv)
     if opts.summarise:
-        print(table(json.loads(opts.summarise.read_text())["summary"]))
+        data = json.loads(opts.summarise.read_text())
+        print(import_table(data["imports"]) if "imports" in data else table(data["summary"]))
         return
     if opts.imports:
         imports = {kind: import_seconds(module, opts.rounds) for kind, module in IMPORTS.items()}

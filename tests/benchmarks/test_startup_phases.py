@@ -32,3 +32,17 @@ def test_import_table_lists_every_kind_measured():
     assert table[3] == "| engine_core | `vllm.v1.engine.core` | 6.00 |"
     with pytest.raises(KeyError):
         sp.import_table({"no_such_process": 1.0})
+
+
+def test_summarise_prints_the_table_of_either_kind_of_results(tmp_path, capsys):
+    import json
+
+    imports = tmp_path / "imports.json"
+    imports.write_text(json.dumps({"imports": {"vllm_server": 12.5}}))
+    sp.main(["--summarise", str(imports)])
+    assert "| vllm_server | `verl.workers.rollout.vllm_rollout.vllm_async_server` | 12.50 |" in capsys.readouterr().out
+    phases = tmp_path / "phases.json"
+    summary = {p: 1.0 for p, _ in sp.PHASES} | {"to_first_step": 6.0}
+    phases.write_text(json.dumps({"summary": {"after": summary}}))
+    sp.main(["--summarise", str(phases)])
+    assert "| to_first_step | 6.00 |" in capsys.readouterr().out
