@@ -65,14 +65,15 @@ def test_train_md_shows_its_dry_runs_own_output(tmp_path):
 
 
 def test_the_controller_acts_through_the_selection_only_on_cov_ratio():
-    """entropy_control.md: on ``actuator=cov_ratio`` the controller needs batch-scope ``clip_cov`` / ``kl_cov``;
+    """entropy_control.md's actuator table: ``cov_ratio`` needs batch-scope ``clip_cov`` / ``kl_cov``;
     ``entropy_coef`` and ``pos_weight`` act in the actor loss, with any policy loss."""
     from verl_ext.checks.validation import check_actuator
     from verl_ext.config import ConfigError
 
     page = " ".join((DOCS / "entropy_control.md").read_text().split())
-    assert "On `actuator=cov_ratio` it acts only through the batch-scope selection" in page
-    assert "`entropy_coef` and `pos_weight` act in the actor loss, with any policy loss" in page
+    assert "the driver's batch-scope selection | `clip_cov` / `kl_cov` with `cov_scope=batch` |" in page
+    assert "(the actuator replaces it); any policy loss |" in page  # entropy_coef
+    assert "the probability is the current policy's | any policy loss |" in page  # pos_weight
 
     def config(loss: str, scope: str = "batch"):
         return OmegaConf.create({"actor_rollout_ref": {"actor": {"entropy_coeff": 0, "policy_loss": {
