@@ -119,7 +119,7 @@ def test_vanillas_simulated_gap_matches_the_logs():
 
 
 def _pi(actuator: str, target: float, **bounds):
-    from verl_ext.control.autopilot import EntropyControlConfig, EntropyController
+    from verl_ext.control.entropy_control import EntropyControlConfig, EntropyController
 
     return EntropyController(EntropyControlConfig(enable=True, controller="pi", actuator=actuator, target=target,
                                                   kp=10.0, ki=2.0, **bounds))  # fmt: skip

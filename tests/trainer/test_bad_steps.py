@@ -13,7 +13,7 @@ import pytest
 from verl_ext.config import ConfigError
 from verl_ext.contract import CONTROL_BAD_STEPS, CONTROL_ENTROPY, CONTROL_VALUE
 from verl_ext.control import self_tuning
-from verl_ext.control.autopilot import EntropyControlConfig, EntropyController
+from verl_ext.control.entropy_control import EntropyControlConfig, EntropyController
 
 CASES = {
     "auto": dict(controller="auto", actuator="entropy_coef", coef_min=-0.1),
@@ -111,7 +111,7 @@ def test_max_bad_steps_in_a_row_stop_the_run_naming_the_metric_and_the_step(name
 def test_the_first_bad_measurement_warns_once(caplog):
     made = make("auto")
     run(made, GOOD)
-    with caplog.at_level(logging.WARNING, logger="verl_ext.control.autopilot"):
+    with caplog.at_level(logging.WARNING, logger="verl_ext.control.entropy_control"):
         made.update(13, math.nan)
         made.update(14, 0.4)
         made.update(15, 0.0)

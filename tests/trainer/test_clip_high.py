@@ -23,7 +23,7 @@ import torch
 
 from verl_ext.config import ConfigError
 from verl_ext.control.actuators import CLIP_HIGH_LOSSES, CLIP_HIGH_REFUSED_LOSSES, REFUSED
-from verl_ext.control.autopilot import EntropyControlConfig, EntropyController
+from verl_ext.control.entropy_control import EntropyControlConfig, EntropyController
 
 from test_actor_loss import actor_config, fixture, metric_value  # noqa: E402  (tests/trainer is on sys.path)
 

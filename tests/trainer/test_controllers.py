@@ -11,7 +11,7 @@ import torch
 
 from verl_ext.config import ConfigError
 from verl_ext.control.actuators import PAIRS, REFUSED
-from verl_ext.control.autopilot import EntropyControlConfig, EntropyController
+from verl_ext.control.entropy_control import EntropyControlConfig, EntropyController
 
 
 def trajectory(controller: EntropyController, entropies):

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from verl_ext.config import ConfigError
-from verl_ext.control.autopilot import EntropyControlConfig, EntropyController, target_at
+from verl_ext.control.entropy_control import EntropyControlConfig, EntropyController, target_at
 
 
 def plant(entropy: float, ratio: float, decay: float = 0.1, gain: float = 2.0) -> float:

@@ -19,7 +19,7 @@ import math
 import pytest
 
 from verl_ext.config import ConfigError
-from verl_ext.control.autopilot import EntropyControlConfig, EntropyController
+from verl_ext.control.entropy_control import EntropyControlConfig, EntropyController
 
 
 def relative(**kwargs) -> EntropyControlConfig:

@@ -15,7 +15,7 @@ import pytest
 
 from verl_ext.analysis.plant import fitted_plant, median_figures, simulate
 from verl_ext.control import self_tuning
-from verl_ext.control.autopilot import EntropyControlConfig, EntropyController
+from verl_ext.control.entropy_control import EntropyControlConfig, EntropyController
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 SEEDS = range(60)

@@ -194,7 +194,7 @@ def plot(
     FigureCanvasAgg(fig)
     axes = fig.subplots(2, 3).ravel()
     overrides = {"entropy": entropy_key, "reward": reward_key}
-    metric_axes = [*axes[:4], axes[5]]  # entropy, reward, selected fraction, KL, autopilot ratio; the law at [4]
+    metric_axes = [*axes[:4], axes[5]]  # entropy, reward, selected fraction, KL, controlled ratio; the law at [4]
     for ax, (quantity, panel_title) in zip(metric_axes, PANELS):
         _draw_metric(ax, results, quantity, panel_title, candidates(quantity, overrides.get(quantity)))
     _draw_law(axes[4], results)

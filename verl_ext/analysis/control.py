@@ -12,7 +12,7 @@
   the target, unbounded above).
 * :func:`log_gap` - ``mean |log H_t - log H*_t|``: the per-step distance in log space, symmetric above and below the
   target (``relative_gap`` is not), the figure a schedule's tracking is reported in.
-* :func:`tracking` - the figures above for a run that logged the autopilot, over the second half of the run.
+* :func:`tracking` - the figures above for a run that logged entropy control, over the second half of the run.
 * :func:`logged_targets` - each step's target as the run logged it (``entropy_control/target``), for summaries that
   read verl's file log: a scheduled or relative target moves, and every figure above compares each step's entropy with
   that step's target.
@@ -47,7 +47,7 @@ BLOCK_STEPS = 5
 
 @dataclass(frozen=True)
 class Tracking:
-    """The autopilot's record over the second half of a run."""
+    """Entropy control's record over the second half of a run."""
 
     steps: int
     mean_abs_rel_error: float
@@ -164,7 +164,7 @@ def log_gap(entropy: Sequence[float] | np.ndarray, target: float | Sequence[floa
 
 def logged_targets(rows: Mapping[int, Mapping[str, object]], steps: Sequence[int], default: float) -> np.ndarray:
     """``H*_t`` for each of ``steps`` from a run's rows of metrics by step (verl's file log): the logged
-    ``entropy_control/target`` when the run logged the autopilot (any row has it), else ``default`` for every step (an
+    ``entropy_control/target`` when the run logged entropy control (any row has it), else ``default`` for every step (an
     uncontrolled run, compared with the target of the controlled ones). A controlled run without a finite target > 0 at
     one of ``steps`` (missing, or ``null``: ``target_unit=initial`` before its first measurement) is a ``ValueError``
     naming the steps."""
@@ -178,7 +178,7 @@ def logged_targets(rows: Mapping[int, Mapping[str, object]], steps: Sequence[int
 
 
 def tracking(run: Run) -> Tracking | None:
-    """The second-half tracking figures of ``run``, or ``None`` when it logged no autopilot metrics: :func:`bias`,
+    """The second-half tracking figures of ``run``, or ``None`` when it logged no entropy-control metrics: :func:`bias`,
     :func:`block_gap` and the per-step :func:`relative_gap` over the second half, the share of its steps on a bound
     (``entropy_control/saturated``), the actuator's last value, and the noise floor of the per-step gap at the noise
     :func:`log_noise_sigma` estimates from the whole run."""
@@ -208,7 +208,7 @@ def tracking(run: Run) -> Tracking | None:
 
 
 def format_tracking(label: str, record: Tracking) -> str:
-    """One line on a run's autopilot record: bias, gap on 5-step blocks, the per-step gap with its noise floor, the
+    """One line on a run's control record: bias, gap on 5-step blocks, the per-step gap with its noise floor, the
     final actuator value and the share of steps on a bound."""
     return (f"{label}: entropy control over the last {record.steps} steps: bias |geomean(H / H*) - 1| = "
             f"{record.bias:.1%}, gap on {BLOCK_STEPS}-step blocks = {record.block_gap:.1%}, per step mean |H - H*| / H* = "

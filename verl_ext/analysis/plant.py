@@ -27,7 +27,7 @@ measurement. Standard errors are the weighted least squares' at the chosen ``lam
   coefficient (``results_real_model_pi_coef_40*``, ``..._skywork_40*``, ``..._skywork_regime_40*``,
   ``..._entropic_coef_40.jsonl``, ``results_real_model_demo/pi_coef.jsonl``); ``a`` = the applied coefficient
   (``entropy_control/value``).
-* ``real_cov_ratio`` - the same model: the vanilla runs (``a = 0``), the autopilot on Clip-Cov's ratio
+* ``real_cov_ratio`` - the same model: the vanilla runs (``a = 0``), the controlled runs on Clip-Cov's ratio
   (``results_real_model_autopilot_40{,_limited,_seed1,_seed2}.jsonl``, ``results_real_model_demo/autopilot.jsonl``,
   ``results_real_model_demo/seed1/autopilot.jsonl``) and fixed-ratio Clip-Cov (``results_real_model_clip_cov_40*``,
   ``clip_cov_ratio`` 0.1); ``a = log(asked ratio / 0.001)``. The *asked* ratio: the fraction Clip-Cov really detached
@@ -40,13 +40,13 @@ measurement. Standard errors are the weighted least squares' at the chosen ``lam
   ``results_real_model_entropic_regime_40{,_seed1,_seed2}.jsonl`` with ``entropic_ki`` 0.1); ``a`` = the applied alpha
   (``entropy_control/value``; alpha > 0 lowers entropy, so the fitted gain is negative).
 * ``toy_cov_ratio`` - the CPU recipe's toy (16 prompts x 8 responses x 16 tokens): vanilla and fixed Clip-Cov (0.02)
-  and the autopilot of ``results_autopilot_recipe_cpu.json`` (its selected fraction) and of
+  and the controlled runs of ``results_autopilot_recipe_cpu.json`` (its selected fraction) and of
   ``results_entropy_control_cpu.json`` (its ratio: there every asked token qualified); ``a = log(ratio / 0.001)``.
 * ``toy_entropy_coef`` - the toy's vanilla runs and its ``pi_coef`` / ``skywork`` runs (``results_entropy_control_cpu.json``,
   ``results_entropy_control_cpu_corrected.json``; 16 steps): the coefficient was hardly used there, so its gain is
   poorly determined (see its standard error).
 
-**Simulate** (:func:`simulate`): any object with the autopilot's interface (``update(step, entropy) -> (value,
+**Simulate** (:func:`simulate`): any object with the entropy controller's interface (``update(step, entropy) -> (value,
 metrics)``; ``actuator_limited(limited, metrics, applied=...)`` is called when a candidate cap cut the value) runs on
 a plant; the figures of :mod:`verl_ext.analysis.control` are taken on the *measured* entropies, as on a real run.
 
@@ -75,7 +75,7 @@ LAG_TOLERANCE = 2.0
 NOISE_RATIOS = np.concatenate([np.linspace(0.0, 0.99, 100), [0.995, 0.999]])
 """The grid of ``lambda = measure_var / (measure_var + process_var)`` the fit searches."""
 RATIO_REFERENCE = 1e-3
-"""The ratio at ``a = 0`` (the ``ratio_min`` of every committed autopilot run on Clip-Cov's ratio)."""
+"""The ratio at ``a = 0`` (the ``ratio_min`` of every committed controlled run on Clip-Cov's ratio)."""
 
 
 @dataclass(frozen=True)
@@ -352,7 +352,7 @@ class Simulation:
 def simulate(plant: Plant, controller: Any, steps: int = 40, seed: int = 0, *, fixed: float | None = None,
              measure_sigma: float | None = None, lag: int | None = None,
              cap: Callable[[int, float], float] | None = None) -> Simulation:  # fmt: skip
-    """Run ``controller`` (the autopilot's interface; ``None``: the actuator held at ``fixed``, or at its reference:
+    """Run ``controller`` (the controller's interface; ``None``: the actuator held at ``fixed``, or at its reference:
     vanilla) on ``plant`` for ``steps`` steps. Each step: measure ``y_t = x_t + v_t``; the controller sets ``u_t`` from
     ``exp(y_t)``; a cap (``cap`` or the plant's) cuts it to the applied ``a_t`` and the controller hears of it; the
     entropy moves by ``drift + gain * coordinate(a_{t-lag}) + w_t`` (before step 1: the reference). ``measure_sigma``

@@ -285,7 +285,7 @@ def check_platform(config: DictConfig) -> str:
 
 
 def check_actuator(config: DictConfig, feature: Any) -> None:
-    """The autopilot's actuator must have something to act on: ``cov_ratio`` a batch-scope ``clip_cov`` / ``kl_cov``;
+    """Entropy control's actuator must have something to act on: ``cov_ratio`` a batch-scope ``clip_cov`` / ``kl_cov``;
     ``entropy_coef`` an actor whose fixed ``entropy_coeff`` is 0 (the actuator replaces it); ``clip_high`` a policy
     loss of :data:`~verl_ext.control.actuators.CLIP_HIGH_LOSSES` and, with ``clip_high_init`` null, an actor
     ``clip_ratio_high`` (its rest value) inside [clip_high_min, clip_high_max]."""
@@ -304,7 +304,7 @@ def check_actuator(config: DictConfig, feature: Any) -> None:
         if fixed != 0:
             raise ConfigError(f"{ACTOR}.entropy_coeff", f"{fixed!r} is invalid with verl_ext.entropy_control.actuator="
                               "entropy_coef, which sets the entropy coefficient each step: allowed 0 (start the "
-                              "autopilot's coefficient with verl_ext.entropy_control.coef_init)")  # fmt: skip
+                              "controlled coefficient with verl_ext.entropy_control.coef_init)")  # fmt: skip
     if feature.actuator == "clip_high":
         mode = _select(config, f"{POLICY_LOSS}.loss_mode", "vanilla") or "vanilla"
         refusal = clip_high_refusal(mode)
@@ -322,10 +322,10 @@ def check_actuator(config: DictConfig, feature: Any) -> None:
 
 
 def check_driver_features(config: DictConfig) -> list[str]:
-    """The entropy control and the token lens: valid keys, and something to act on (the autopilot:
+    """The entropy control and the token lens: valid keys, and something to act on (entropy control:
     :func:`check_actuator`; the lens: ``clip_cov`` / ``kl_cov`` with ``cov_scope=batch``, whose selection it shows).
     Returns descriptions of the enabled ones for the dry-run summary."""
-    from verl_ext.control.autopilot import EntropyControlConfig
+    from verl_ext.control.entropy_control import EntropyControlConfig
     from verl_ext.driver.token_lens import TokenLensConfig
 
     described = []
@@ -354,7 +354,7 @@ def check_driver_features(config: DictConfig) -> list[str]:
 
                 ratio = _select(config, f"{POLICY_LOSS}.{RATIO_KEYS[mode]}")
                 if ratio is not None and not feature.ratio_min <= ratio <= feature.ratio_max:
-                    raise ConfigError("verl_ext.entropy_control.ratio_init", f"is null, so the autopilot starts from "
+                    raise ConfigError("verl_ext.entropy_control.ratio_init", f"is null, so entropy control starts from "
                                       f"{POLICY_LOSS}.{RATIO_KEYS[mode]}={ratio}, outside [ratio_min, ratio_max] = "
                                       f"[{feature.ratio_min}, {feature.ratio_max}]: set ratio_init or widen the bounds")  # fmt: skip
             from verl_ext.control.targets import describe

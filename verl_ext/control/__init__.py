@@ -3,11 +3,15 @@ use it.
 
 | module | contents |
 | --- | --- |
-| ``autopilot`` | the entropy control: its keys (``verl_ext.entropy_control``), controller + actuator composed, its checkpointed state |
+| ``config`` | the entropy control's keys (``verl_ext.entropy_control``) and their validation |
+| ``entropy_control`` | the entropy controller: controller + actuator + target composed, its checkpointed state |
 | ``targets`` | the target's schedule (constant, linear, cosine) and unit (nats, or a ratio to the first step's entropy) |
 | ``controllers`` | the laws: ``pi`` (log-space PI), ``skywork`` (Skywork-OR1's +-delta rule and gate), ``entropic`` (EntroPIC's PI) |
 | ``self_tuning`` | ``auto``: learns its measurement noise, the drift and the actuator's gain online and steers the filtered entropy |
 | ``actuators`` | what a law moves: ``cov_ratio``, ``entropy_coef``, ``pos_weight``, ``clip_high``; the pairs that make sense, and why the others do not; the losses ``clip_high`` can act on |
+
+``autopilot`` is the deprecated name of ``entropy_control`` and ``config`` (a warning on import; removed in the next
+release).
 
 May import: ``verl_ext.config`` and ``verl_ext.contract`` only.
 """

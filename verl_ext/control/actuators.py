@@ -109,7 +109,7 @@ class Actuator:
 
 
 def actuator_from_config(config, loss_ratio: float | None = None, clip_high: float | None = None) -> Actuator:
-    """The actuator named by ``config.actuator`` (an :class:`~verl_ext.control.autopilot.EntropyControlConfig`);
+    """The actuator named by ``config.actuator`` (an :class:`~verl_ext.control.config.EntropyControlConfig`);
     ``loss_ratio`` is the loss's configured selection ratio, ``cov_ratio``'s start when ``ratio_init`` is null;
     ``clip_high`` the actor's configured ``clip_ratio_high``, ``clip_high``'s rest value when ``clip_high_init`` is
     null."""

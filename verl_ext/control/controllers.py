@@ -6,7 +6,7 @@ value at zero error ``u0``, the direction ``d`` (+1: a larger value raises entro
 Skywork's gate, the value that turns it off. Every controller reports its error with one sign convention:
 ``e > 0`` means the entropy is below its target.
 
-``pi`` - verl_ext's PI law in log space (the autopilot's since the start)::
+``pi`` - verl_ext's PI law in log space (entropy control's since the start)::
 
     e_t     = log H*_t - log H_t
     log u_t = clamp(log u0 + d (kp e_t + ki (I_{t-1} + e_t)),  log lo,  log hi)
@@ -183,7 +183,7 @@ class EntroPICController:
 
 
 def make_controller(name: str, config: Any) -> Controller:
-    """The controller ``name`` with its gains from an :class:`~verl_ext.control.autopilot.EntropyControlConfig`."""
+    """The controller ``name`` with its gains from an :class:`~verl_ext.control.config.EntropyControlConfig`."""
     if name == "pi":
         return PIController(config.kp, config.ki)
     if name == "skywork":

@@ -26,7 +26,7 @@ Each step it
    :data:`OUTLIER_WARMUP`-th measurement, whose noise estimate is too young to judge by, the standard deviation is
    at least :data:`PRIOR_NOISE` and widened :data:`WARMUP_WIDEN` times. Up to :data:`OUTLIER_RUN` in a row are
    skipped, the next is taken as a real change of level. A step held for an unusable measurement
-   (:class:`~verl_ext.control.autopilot.EntropyController`) advances the model the same way: the prediction
+   (:class:`~verl_ext.control.entropy_control.EntropyController`) advances the model the same way: the prediction
    over the step, and the held action in the queue of actions still to act;
 2. **acts**: it predicts ``x`` over the lag with the actions already taken (``x_{t+L|t}``), and sets ``a`` so that
    the step after cancels the drift and closes a share ``kappa`` of the predicted gap to the target (the drift
@@ -276,7 +276,7 @@ class SelfTuningController:
 
     def step(self, target: float, entropy: float, actuator: Actuator) -> ControlStep:
         """The step's value given a measured ``entropy`` (finite and > 0:
-        :class:`~verl_ext.control.autopilot.EntropyController` holds the actuator on any other)."""
+        :class:`~verl_ext.control.entropy_control.EntropyController` holds the actuator on any other)."""
         if not (math.isfinite(entropy) and entropy > 0):
             raise ValueError(f"auto takes a finite entropy > 0; got {entropy!r}")
         st = self.state

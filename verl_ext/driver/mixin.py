@@ -3,11 +3,11 @@
 One :class:`VerlExtDriver` per trainer (both the V1 and the legacy trainer hold one). Each step:
 
 1. after the old-log-prob pass, :meth:`observe_entropy` records the batch's mean per-token entropy;
-2. before the update, :meth:`control_value` returns the autopilot's actuator value for the step (``None`` without
-   the autopilot) and adds ``entropy_control/*`` to the metrics;
+2. before the update, :meth:`control_value` returns entropy control's actuator value for the step (``None`` without
+   entropy control) and adds ``entropy_control/*`` to the metrics;
 3. after it, :meth:`write_lens` writes the selected tokens when the lens is due.
 
-:meth:`save` / :meth:`load` keep the autopilot's state in ``global_step_<N>/verl_ext_driver.json`` next to
+:meth:`save` / :meth:`load` keep entropy control's state in ``global_step_<N>/verl_ext_driver.json`` next to
 verl's own checkpoint, so that a resumed run continues with the same ratio and integral. The file is written
 atomically (a temporary file in the same folder, then ``os.replace``): a crash mid-write leaves the old file or none,
 never a truncated one.
@@ -30,14 +30,14 @@ from verl_ext.config import clip_ratios, config_value, loss_mode_of, policy_loss
 from verl_ext.losses.common import masked_mean
 from verl_ext.losses.selection import token_covariance
 from verl_ext.driver.checkpoints import absolute_folder, checkpoint_folder, resume_folder, resumed_step
-from verl_ext.control.autopilot import EntropyControlConfig, EntropyController
+from verl_ext.control.entropy_control import EntropyControlConfig, EntropyController
 from verl_ext.driver.token_lens import TokenLens, TokenLensConfig, lens_path
 
 logger = logging.getLogger(__name__)
 
 STATE_FILE = "verl_ext_driver.json"
 RATIO_KEYS = {"clip_cov": "clip_cov_ratio", "kl_cov": "kl_cov_ratio"}
-"""The policy-loss key whose value the autopilot replaces, per loss."""
+"""The policy-loss key whose value entropy control replaces, per loss."""
 
 
 def vocabulary_size(config: Any, tokenizer: Any = None) -> int | None:
@@ -84,7 +84,7 @@ def write_atomically(path: Path, text: str) -> None:
 
 
 class VerlExtDriver:
-    """The autopilot (:class:`~verl_ext.control.autopilot.EntropyController`) and the lens
+    """Entropy control (:class:`~verl_ext.control.entropy_control.EntropyController`) and the lens
     (:class:`~verl_ext.driver.token_lens.TokenLens`) of one trainer, each present only when enabled."""
 
     def __init__(self, config: Any, tokenizer: Any = None):
@@ -122,7 +122,7 @@ class VerlExtDriver:
         return epochs * max(1, int(batch_responses) // max(1, mini))
 
     def control_value(self, global_step: int, metrics: dict, mini_batches: int = 1) -> float | None:
-        """The autopilot's actuator value for ``global_step`` (``None`` without autopilot); adds its metrics.
+        """Entropy control's actuator value for ``global_step`` (``None`` without entropy control); adds its metrics.
         ``mini_batches``: the step's optimiser mini-batches (:meth:`optimiser_steps`; EntroPIC's integral cadence)."""
         if self.controller is None:
             return None
@@ -135,9 +135,9 @@ class VerlExtDriver:
         return value
 
     def actuator_limited(self, limited: bool, metrics: dict, applied: float | None = None) -> None:
-        """The step's selection took fewer tokens than the autopilot's ratio asked (``cov_ratio``; see
-        :meth:`~verl_ext.control.autopilot.EntropyController.actuator_limited`), and the fraction it took
-        (``applied``); a no-op without the autopilot."""
+        """The step's selection took fewer tokens than entropy control's ratio asked (``cov_ratio``; see
+        :meth:`~verl_ext.control.entropy_control.EntropyController.actuator_limited`), and the fraction it took
+        (``applied``); a no-op without entropy control."""
         if self.controller is not None:
             self.controller.actuator_limited(limited, metrics, applied)
 
@@ -153,7 +153,7 @@ class VerlExtDriver:
                                advantages=batch["advantages"], old_log_probs=batch["old_log_probs"])  # fmt: skip
 
     def save(self, global_steps: int) -> Path | None:
-        """Write the autopilot's state next to verl's checkpoint of ``global_steps``."""
+        """Write entropy control's state next to verl's checkpoint of ``global_steps``."""
         if self.controller is None:
             return None
         path = checkpoint_folder(self.config, global_steps) / STATE_FILE
@@ -162,7 +162,7 @@ class VerlExtDriver:
         return path
 
     def load(self, global_steps: int) -> bool:
-        """Restore the autopilot's state saved at ``global_steps`` (0: a fresh run, nothing to load). A missing state
+        """Restore entropy control's state saved at ``global_steps`` (0: a fresh run, nothing to load). A missing state
         file is a ``FileNotFoundError`` naming it, unless ``verl_ext.entropy_control.fresh_on_resume=true`` (then the
         controller starts from its initial state, with a warning; returns ``False``)."""
         if self.controller is None or global_steps <= 0:
@@ -175,7 +175,7 @@ class VerlExtDriver:
                 return False
             raise FileNotFoundError(
                 f"verl_ext entropy control: resuming from step {global_steps}, but its state file {path} does not "
-                "exist (a checkpoint saved without the autopilot, or the file was removed). Resume from a checkpoint "
+                "exist (a checkpoint saved without entropy control, or the file was removed). Resume from a checkpoint "
                 "that has it, or set verl_ext.entropy_control.fresh_on_resume=true to start the controller from its "
                 "initial state (integral 0, the actuator's init)"
             )

@@ -41,9 +41,9 @@ class FSDPActorConfig(VerlFSDPActorConfig):
     """Whether the entropy control is on (``verl_ext.entropy_control.enable``; interpolated, not set by hand)."""
 
     entropy_control_actuator: str | None = None
-    """The autopilot's actuator (``verl_ext.entropy_control.actuator``; interpolated, not set by hand). With the
-    autopilot on and a loss-side actuator (``entropy_coef``, ``pos_weight``), an update batch without its field is an
-    error: the term would otherwise be dropped while the driver logs the value as applied."""
+    """Entropy control's actuator (``verl_ext.entropy_control.actuator``; interpolated, not set by hand). With
+    entropy control on and a loss-side actuator (``entropy_coef``, ``pos_weight``), an update batch without its field
+    is an error: the term would otherwise be dropped while the driver logs the value as applied."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

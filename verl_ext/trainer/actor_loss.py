@@ -6,8 +6,8 @@ Per micro-batch, as verl's ``verl.workers.utils.losses.ppo_loss``::
 
     L = L_pg(log_prob, old_log_prob, A [, entropy, old_entropy | cov_selected | high_entropy_weight])
         - entropy_coeff * agg(H)                           (when the engine computed H)
-        - agg(c_t * H)                                     (the autopilot's entropy_coef actuator: batch field)
-        + alpha_t * agg_{pi > 0.95}(-r |A|) * N / N_hp      (the autopilot's pos_weight actuator, EntroPIC; N / N_hp
+        - agg(c_t * H)                                     (entropy control's entropy_coef actuator: batch field)
+        + alpha_t * agg_{pi > 0.95}(-r |A|) * N / N_hp      (entropy control's pos_weight actuator, EntroPIC; N / N_hp
                                                             of the micro-batch with weight_norm=high_prob, else 1)
         + kl_loss_coef * agg(KL)  or  agg(clip(KL))        (use_kl_loss; clip per kl_clip_method)
 
@@ -32,7 +32,7 @@ What verl_ext adds:
   ``clip_ratio_high`` in the config the policy loss is called with (:func:`with_clip_ratio_high`), for the losses of
   :data:`~verl_ext.control.actuators.CLIP_HIGH_LOSSES` only; the bound the loss received is logged as
   ``actor/entropy_control/clip_ratio_high``.
-  With the autopilot on with one of them (the actor keys ``entropy_control_enable`` / ``entropy_control_actuator``),
+  With entropy control on with one of them (the actor keys ``entropy_control_enable`` / ``entropy_control_actuator``),
   a batch without its field is an error (:func:`check_actuator_field`), not a term silently left out.
 * KL clipping (:mod:`verl_ext.losses.kl_clip`) with metrics ``actor/kl_clip/{raw_kl,clipped_kl,frac_above}``.
 
@@ -191,7 +191,7 @@ def with_clip_ratio_high(config: Any, field: torch.Tensor, mask: torch.Tensor) -
     mode = loss_mode_of(config)
     refusal = clip_high_refusal(mode)
     if refusal is not None:
-        raise ValueError(f"verl_ext: the batch carries the autopilot's upper clip bound ({CLIP_RATIO_HIGH!r}) but "
+        raise ValueError(f"verl_ext: the batch carries entropy control's upper clip bound ({CLIP_RATIO_HIGH!r}) but "
                          f"policy_loss.loss_mode={mode} cannot take it: {refusal}")  # fmt: skip
     values = field[mask] if bool(mask.any()) else field.reshape(-1)
     low, high = (float(v) for v in torch.stack([values.min(), values.max()]).tolist())
@@ -254,7 +254,7 @@ def ppo_loss(
     response_mask = batch["response_mask"].to(bool)
     loss_mode = loss_mode_of(config)
     loss_config, clip_high = config, None
-    if CLIP_RATIO_HIGH in batch.keys():  # the autopilot's clip_high actuator: the step's upper clip bound
+    if CLIP_RATIO_HIGH in batch.keys():  # entropy control's clip_high actuator: the step's upper clip bound
         loss_config, clip_high = with_clip_ratio_high(config, batch[CLIP_RATIO_HIGH], response_mask)
 
     pg_loss, pg_metrics = get_policy_loss_fn(loss_mode)(
@@ -280,7 +280,7 @@ def ppo_loss(
         )
         policy_loss = policy_loss - config.entropy_coeff * entropy_loss
         metrics["actor/entropy_loss"] = Metric(value=entropy_loss, aggregation=aggregation)
-        if ENTROPY_COEF in batch.keys():  # the autopilot's coefficient (actor entropy_coeff is 0: checked at config time)
+        if ENTROPY_COEF in batch.keys():  # the controlled coefficient (actor entropy_coeff is 0: checked)
             weighted = agg_loss(loss_mat=entropy * batch[ENTROPY_COEF].to(entropy.dtype), loss_mask=response_mask,
                                 loss_agg_mode=config.loss_agg_mode, **config.global_batch_info)  # fmt: skip
             before = policy_loss.detach()
@@ -290,7 +290,7 @@ def ppo_loss(
             metrics["actor/entropy_control/loss_change"] = Metric(value=policy_loss.detach() - before,
                                                                   aggregation=aggregation)  # fmt: skip
     elif ENTROPY_COEF in batch.keys():
-        raise ValueError("verl_ext: the batch carries the autopilot's entropy coefficient but the update forward "
+        raise ValueError("verl_ext: the batch carries entropy control's entropy coefficient but the update forward "
                          "computed no entropy (verl_ext's actor worker turns it on for this field)")  # fmt: skip
 
     if POS_WEIGHT in batch.keys():

@@ -78,7 +78,7 @@ def needs_current_entropy(actor_config: Any) -> bool:
 
 def entropy_plan(actor_config: Any, fields: Any = ()) -> EntropyPlan:
     """The :class:`EntropyPlan` for an actor config (verl ``ActorConfig``, a subclass, or a mapping) and a batch
-    with ``fields``: the autopilot's ``entropy_coef`` field needs the entropy with its graph."""
+    with ``fields``: entropy control's ``entropy_coef`` field needs the entropy with its graph."""
     if ENTROPY_COEF in fields:
         return EntropyPlan(calculate=True, no_grad=False)
     if actor_config is None or not needs_current_entropy(actor_config):

@@ -3,7 +3,7 @@
 verl's V1 trainer keeps the training batch in the TransferQueue store; its driver holds keys. Its advantage step
 (``PPOTrainer._compute_advantage``) makes one ``tq.kv_batch_get`` of the batch (``response_mask``, ``old_log_probs``,
 ...) and one ``tq.kv_batch_put`` (``advantages``, ``returns``). The fields verl_ext adds before the update
-(``cov_selected``, ``old_entropy``, ``high_entropy_weight``, the autopilot's actuator values) need exactly those
+(``cov_selected``, ``old_entropy``, ``high_entropy_weight``, entropy control's actuator values) need exactly those
 inputs plus the response token ids and the old pass's entropy, and the update is the next step that reads the store
 (after an optional critic update). Fetching and storing them separately cost the driver two round trips, ~25-35 ms a
 step on the CPU recipe whatever the fields' size (``docs/benchmarks.md``) - over the 1.02x budget of a small update.

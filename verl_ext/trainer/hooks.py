@@ -16,7 +16,7 @@ that verl splits them into mini- and micro-batches together with every other fie
   ``clip_high`` actuators): the step's value on every token, read by the actor loss; with ``pos_weight`` also ``pos_weight_norm`` (1: EntroPIC's term is
   divided by each micro-batch's high-probability tokens, ``weight_norm=high_prob``; 0: by all valid tokens).
 
-:func:`update_fields` computes all of them (and runs the autopilot) right before the update, for both trainers.
+:func:`update_fields` computes all of them (and runs entropy control) right before the update, for both trainers.
 
 The legacy trainer holds padded ``(batch, response_len)`` tensors in a ``DataProto``; the V1 trainer
 holds jagged (nested) per-response tensors in the TransferQueue store. Both forms are handled here.
@@ -74,7 +74,7 @@ def needs_update_fields(actor_config: Any, driver: VerlExtDriver) -> bool:
 
 
 def needs_driver_entropy(actor_config: Any, driver: VerlExtDriver) -> bool:
-    """Whether the driver reads the old pass's entropy before the update (autopilot, batch-scope ``high_entropy``)."""
+    """Whether the driver reads the old pass's entropy before the update (control, batch-scope ``high_entropy``)."""
     return driver.controller is not None or needs_entropy_selection(actor_config)
 
 
@@ -163,7 +163,7 @@ def update_fields(
     """Every field verl_ext adds to a padded training batch right before the actor update, by name.
 
     Runs the entropy control for ``global_steps`` (its entropy already observed), then: the batch-scope covariance
-    selection (with the autopilot's ratio when its actuator is ``cov_ratio``; the token lens writes it), the
+    selection (with entropy control's ratio when its actuator is ``cov_ratio``; the token lens writes it), the
     batch-scope ``high_entropy`` weights from ``entropy`` (the old pass's), and the loss-side actuator's value on
     every token. ``step`` keys Clip-Cov's draw (:func:`selection_step`); metrics go to ``metrics``."""
     fields: dict[str, torch.Tensor] = {}

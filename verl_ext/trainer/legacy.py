@@ -7,7 +7,7 @@
   ``fit()`` pops after logging it); for ERC losses (which read it) and batch-scope ``high_entropy`` (whose driver-side
   selection ranks by it) it is also kept as batch field ``old_entropy``.
 * ``_update_actor``: the fields verl_ext adds before the update (:func:`~verl_ext.trainer.hooks.update_fields`:
-  ``cov_selected``, ``high_entropy_weight``, the autopilot's ``entropy_coef`` / ``pos_weight``) are computed over
+  ``cov_selected``, ``high_entropy_weight``, entropy control's ``entropy_coef`` / ``pos_weight``) are computed over
   the whole training batch and sent with it.
 
 * ``_save_checkpoint`` / ``_load_checkpoint``: the entropy control's state goes with verl's checkpoint.

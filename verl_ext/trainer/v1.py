@@ -11,7 +11,7 @@
   pass's entropy there, and the token lens writes the selected tokens.
 * ``_update_actor``: if the advantage step stored no fields for this batch (a trainer whose advantage step does not
   fetch and put through verl's ``trainer_base.tq``), the same fields by a round trip of their own, with a warning.
-* ``_save_checkpoint`` / ``_load_checkpoint``: the autopilot's state goes with verl's checkpoint.
+* ``_save_checkpoint`` / ``_load_checkpoint``: entropy control's state goes with verl's checkpoint.
 * ``_compute_metrics``: verl's ``response_length/clip_ratio`` (and its non-aborted and prompt twins) measured
   against ``data.max_response_length`` / ``data.max_prompt_length``, the truncation rate they are meant to be, under
   verl_ext's own keys (``verl_ext/response_length/clip_ratio``, ...: :data:`verl_ext.contract.CUT_RATIO_KEYS`); verl's
@@ -182,7 +182,7 @@ class VerlExtV1Mixin(VerlExtDriverMixin):
 
     def _verl_ext_inputs(self) -> list[str]:
         """The stored fields :meth:`_verl_ext_fields` reads: the selection's inputs, and the old pass's entropy for ERC,
-        the autopilot or batch-scope ``high_entropy``."""
+        entropy control or batch-scope ``high_entropy``."""
         actor_config = self.config.actor_rollout_ref.actor
         with_entropy = needs_old_entropy(actor_config) or needs_driver_entropy(actor_config, self.verl_ext_driver)
         return [*SELECTION_INPUTS, *([V1_ENTROPY] if with_entropy else [])]
