@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 from verl_ext.contract import CONTROL_METRIC_PREFIX
 from verl_ext.control.actuators import Actuator
@@ -107,8 +107,41 @@ FILTERED = CONTROL_METRIC_PREFIX + "filtered_entropy"
 OUTLIER = CONTROL_METRIC_PREFIX + "outlier"
 """1 when the step's measurement was skipped as an outlier (:data:`OUTLIER_SIGMAS`), else 0."""
 ESTIMATE_KEYS = (NOISE, PROCESS_NOISE, GAIN, DRIFT, FILTERED, OUTLIER)
-STATE_ROW = 12
-"""The length of one filter's row in :attr:`SelfTuningState.bank`."""
+
+
+class FilterRow(NamedTuple):
+    """One member of the bank (one noise ratio): the filtered state's affine form ``c0 + c_b b + c_g g`` and its
+    variance ``p`` (unit scale), and the forgetting-weighted normal equations of its innovations. A checkpoint keeps
+    it as a list of these numbers in this order (:attr:`SelfTuningState.bank`)."""
+
+    c0: float
+    """The filtered state's constant part."""
+    cb: float
+    """Its coefficient on the drift ``b``."""
+    cg: float
+    """Its coefficient on the gain ``g``."""
+    p: float
+    """Its variance in units of the member's scale."""
+    abb: float
+    """Normal equations: the drift's diagonal."""
+    abg: float
+    """Normal equations: the drift-gain cross term."""
+    agg: float
+    """Normal equations: the gain's diagonal."""
+    vb: float
+    """Normal equations: the drift's right-hand side."""
+    vg: float
+    """Normal equations: the gain's right-hand side."""
+    ss: float
+    """The innovations' weighted sum of squares."""
+    log_s: float
+    """The sum of their log variances."""
+    n: float
+    """Their forgetting-weighted count."""
+
+
+STATE_ROW = len(FilterRow._fields)
+"""The length of one filter's row in :attr:`SelfTuningState.bank` (the fields of :class:`FilterRow`)."""
 
 
 def coordinate(actuator: Actuator) -> tuple[str, float, float]:
@@ -147,9 +180,7 @@ class SelfTuningState:
     value: float | None = None
     step: int = 0
     bank: list[list[float]] = field(default_factory=list)
-    """Per noise ratio (:data:`NOISE_RATIOS`): ``[c0, c_b, c_g, P, A_bb, A_bg, A_gg, v_b, v_g, s, log_S, n]``: the
-    filtered state's affine form ``c0 + c_b b + c_g g`` and its variance (unit scale), and the forgetting-weighted
-    normal equations of the innovations (``A``, ``v``, ``s``), the sum of their log variances and their weight."""
+    """Per noise ratio (:data:`NOISE_RATIOS`): one :class:`FilterRow` as a list (JSON-safe), in its fields' order."""
     actions: list[float] = field(default_factory=list)
     """The applied coordinates of the last ``lag + 1`` steps, oldest first."""
     last: float | None = None
@@ -189,7 +220,7 @@ class SelfTuningController:
         g0 = self._prior(actuator)
         fade = PRIOR_STEPS * (1.0 - 1.0 / self.memory) ** st.seen
         scored = []
-        for c0, cb, cg, p, abb, abg, agg, vb, vg, ss, logs, n in st.bank:  # one row per NOISE_RATIOS (check_state)
+        for c0, cb, cg, p, abb, abg, agg, vb, vg, ss, logs, n in map(FilterRow._make, st.bank):  # one per NOISE_RATIOS
             scale = (ss + fade * PRIOR_NOISE**2) / (n + fade)
             for _ in range(2):  # the priors' precisions in units of the member's scale, which the fit revises
                 lb, lg = scale / RATE_PRIOR**2, scale / (g0 * g0)
@@ -247,20 +278,20 @@ class SelfTuningController:
         st = self.state
         forget = 1.0 - 1.0 / self.memory
         a_lag = self._acting(actuator)
-        for row, lam in zip(st.bank, NOISE_RATIOS, strict=True):
-            c0, cb, cg, p, abb, abg, agg, vb, vg, ss, logs, n = row
-            cb, cg = cb + 1.0, cg + a_lag  # predict: x + b + g a_{t-1-L}
-            p += 1.0 - lam
+        for i, lam in enumerate(NOISE_RATIOS):
+            r = FilterRow._make(st.bank[i])
+            cb, cg, p = r.cb + 1.0, r.cg + a_lag, r.p + 1.0 - lam  # predict: x + b + g a_{t-1-L}
             if y is None:
-                row[0:4] = [c0, cb, cg, p]
+                st.bank[i] = list(r._replace(cb=cb, cg=cg, p=p))
                 continue
             S = p + lam
-            t = y - c0
-            row[4:] = [forget * abb + cb * cb / S, forget * abg + cb * cg / S, forget * agg + cg * cg / S,
-                       forget * vb + cb * t / S, forget * vg + cg * t / S, forget * ss + t * t / S,
-                       forget * logs + math.log(S), forget * n + 1.0]  # fmt: skip
+            t = y - r.c0
             k = p / S
-            row[0:4] = [(1 - k) * c0 + k * y, (1 - k) * cb, (1 - k) * cg, (1 - k) * p]
+            st.bank[i] = list(FilterRow(
+                c0=(1 - k) * r.c0 + k * y, cb=(1 - k) * cb, cg=(1 - k) * cg, p=(1 - k) * p,
+                abb=forget * r.abb + cb * cb / S, abg=forget * r.abg + cb * cg / S, agg=forget * r.agg + cg * cg / S,
+                vb=forget * r.vb + cb * t / S, vg=forget * r.vg + cg * t / S, ss=forget * r.ss + t * t / S,
+                log_s=forget * r.log_s + math.log(S), n=forget * r.n + 1.0))  # fmt: skip
 
     def check_state(self) -> None:
         """A loaded state must fit this controller: one bank row of :data:`STATE_ROW` numbers per noise ratio, at most
@@ -286,7 +317,7 @@ class SelfTuningController:
         st.skipped = 0
         st.seen += 1
         if not st.bank:
-            st.bank = [[y, 0.0, 0.0, lam, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0] for lam in NOISE_RATIOS]
+            st.bank = [list(FilterRow(y, 0.0, 0.0, lam, *[0.0] * (STATE_ROW - 4))) for lam in NOISE_RATIOS]
             st.actions = []
         else:
             self._observe(y, actuator)
@@ -348,7 +379,7 @@ class SelfTuningController:
             self.state.actions[-1] = to_coordinate(actuator, value)
 
 
-__all__ = ["ESTIMATE_KEYS", "GAIN_FLOOR", "KAPPA", "NOISE_RATIOS", "OUTLIER_RUN", "OUTLIER_SIGMAS", "OUTLIER_WARMUP",
-           "PRIOR_NOISE", "WARMUP_WIDEN",
-           "PRIOR_STEPS", "RATE_PRIOR", "REFERENCE_REACH", "STATE_ROW", "STEP_SIGMAS", "SelfTuningController",
-           "SelfTuningState", "coordinate", "from_coordinate", "to_coordinate"]  # fmt: skip
+__all__ = ["ESTIMATE_KEYS", "FilterRow", "GAIN_FLOOR", "KAPPA", "NOISE_RATIOS", "OUTLIER_RUN", "OUTLIER_SIGMAS",
+           "OUTLIER_WARMUP", "PRIOR_NOISE", "PRIOR_STEPS", "RATE_PRIOR", "REFERENCE_REACH", "STATE_ROW", "STEP_SIGMAS",
+           "SelfTuningController", "SelfTuningState", "WARMUP_WIDEN", "coordinate", "from_coordinate",
+           "to_coordinate"]  # fmt: skip
