@@ -297,7 +297,7 @@ PATCHES: list[Patch] = [
           "its import-time notices about engines CPU mode never uses are filtered by their text", CPU,
           source=('engine is not available: {e!r}"',)),
     Patch("ray_loopback", "ray._private.ray_constants:ENABLE_RAY_CLUSTER", "replaces", "cpu.workarounds",
-          "Ray's single-machine flag keeps a local node on 127.0.0.1", CPU,
+          "Ray's single-machine flag keeps a local node on 127.0.0.1, and a driver joining one there", CPU,
           source=("if not ray_constants.ENABLE_RAY_CLUSTER:",),
           source_in="ray._private.services:get_node_ip_address",
           also=f"{CPU_MODE_TEST}::test_upstream_ray_still_ignores_a_loopback_node_address"),
