@@ -17,6 +17,7 @@ test module can import the float64 oracles, ``_oracles``.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import sys
 from collections.abc import Iterator
@@ -50,11 +51,7 @@ def selects_e2e(config: pytest.Config) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if selects_e2e(config) and config.getoption("dist", "no") == "loadfile":
-        # the e2e tier spreads groups of tests, not files (pyproject's addopts say loadfile, for the fast tier):
-        # the tests that share a launch form a group (pytest_collection_modifyitems), so that one slow file does
-        # not hold one worker while the other idles
-        config.option.dist = "loadgroup"
+    if selects_e2e(config) and not hasattr(config, "workerinput"):
         config.option.loadscopereorder = False  # the groups go out longest first (pytest_collection_modifyitems)
     config.addinivalue_line("markers", "engine: runs verl's real FSDP2 TrainingWorker on CPU/gloo (slow-ish)")
     config.addinivalue_line("markers", "e2e: runs verl's whole trainer in CPU mode (Ray, FSDP2, vLLM's CPU engine; minutes); "
@@ -123,6 +120,39 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     e2e.sort(key=lambda item: (-E2E_GROUP_SECONDS.get(group(item), 200.0), first[group(item)]))
     others = [item for item in items if item.get_closest_marker("e2e") is None]
     items[:] = [*e2e, *others]
+    if hasattr(config, "workerinput") and selects_e2e(config):  # for the controller's scheduler (below)
+        path = _groups_file(os.getppid())
+        partial = path.with_suffix(f".{os.getpid()}")
+        partial.write_text(json.dumps({item.nodeid: group(item) for item in e2e}))
+        partial.replace(path)
+
+
+def _groups_file(controller_pid: int) -> Path:
+    """Where the e2e workers leave each test's group for the controller (xdist's own ``loadgroup`` names the group in
+    the node id, which pytest 9.2 no longer lets a plugin change)."""
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / f"verl_ext_e2e_groups_{controller_pid}.json"
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN201 (xdist's scheduler type)
+    """The e2e tier's scheduler: xdist's scope scheduling with the tests' groups as scopes (a test's group, from the
+    workers' collection, else its file, as ``loadfile``); the fast tier keeps pyproject's ``loadfile``."""
+    if not selects_e2e(config) or config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:
+                path = _groups_file(os.getpid())
+                self.groups = json.loads(path.read_text()) if path.exists() else {}
+                path.unlink(missing_ok=True)
+            return self.groups.get(nodeid, nodeid.split("::", 1)[0])
+
+    return GroupScheduling(config, log)
 
 
 def machine_line() -> str:
