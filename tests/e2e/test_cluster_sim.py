@@ -80,7 +80,9 @@ hosts_tmp="$(mktemp -d /tmp/vxh.XXXXXX)"  # each host's own /tmp (Ray's /tmp/ray
 # ray stop sees only this PID namespace's processes (unshare --pid --mount-proc): nothing outside is touched
 cleanup() { "$ray_bin" stop --force >/dev/null 2>&1 || true; rm -rf "$hosts_tmp"; }
 trap cleanup EXIT
-two_hosts_up && host_own_dirs "$hosts_tmp" "$WORK" || { echo "the two hosts could not be made"; exit 10; }
+# the work folder, the checkout and the interpreter's environment stay shared (a checkout or venv under /tmp too)
+two_hosts_up && host_own_dirs "$hosts_tmp" "$WORK" "$REPO" "$PYTHON_PREFIX" \
+    || { echo "the two hosts could not be made"; exit 10; }
 with_token() { RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH="$HOME/.ray/auth_token" "$@"; }
 # a cluster's environment, which `ray start` passes on to Ray's processes and they to the jobs
 export http_proxy="$PROXY" HTTP_PROXY="$PROXY" https_proxy="$PROXY" HTTPS_PROXY="$PROXY"
@@ -191,7 +193,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Path:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("RAY_", "VERL_")) and k not in launch and k.lower() not in hosts_own}  # fmt: skip
     env.update(
-        REPO=str(REPO), WORK=str(work), HOME=str(home), PYTHON=sys.executable, WORK_DIR=str(assets), LOSS="clip_cov",
+        REPO=str(REPO), WORK=str(work), HOME=str(home), PYTHON=sys.executable, PYTHON_PREFIX=sys.prefix,
+        WORK_DIR=str(assets), LOSS="clip_cov",
         PATH=f"{Path(sys.executable).parent}:{env['PATH']}", HOST_A_IP=HOST_A, HOST_B_IP=HOST_B, PROXY=PROXY,
         NO_PROXY=NO_PROXY, GCS_PORT=str(GCS_PORT), DASHBOARD_PORT=str(DASHBOARD_PORT), KILL_BOUND_S=str(KILL_BOUND_S),
     )  # fmt: skip
