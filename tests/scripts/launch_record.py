@@ -30,11 +30,13 @@ import subprocess
 import sys
 import traceback
 import warnings
-from contextlib import contextmanager, redirect_stderr, redirect_stdout
+from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 from unittest import mock
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # recipe_pins, beside this file (loaded by path elsewhere)
+from recipe_pins import environment  # noqa: E402  (the pins' own swap of environment and folder)
 
 RECORD_VAR = "PYTEST_VERL_EXT_LAUNCHES"
 """The file the recorder appends each launch to (one JSON object a line); PYTEST_*: tests drop VERL_* variables."""
@@ -65,21 +67,6 @@ class Result:
     def launched(self) -> int:
         """How many ``python -m verl_ext.main_ppo`` commands ran in this process."""
         return len(self.launches)
-
-
-@contextmanager
-def environment(env: dict[str, str], cwd: Path | str) -> Iterator[None]:
-    """This process with ``env`` as its environment and ``cwd`` as its working folder, restored after."""
-    saved_env, saved_cwd = dict(os.environ), os.getcwd()
-    os.environ.clear()
-    os.environ.update(env)
-    os.chdir(cwd)
-    try:
-        yield
-    finally:
-        os.chdir(saved_cwd)
-        os.environ.clear()
-        os.environ.update(saved_env)
 
 
 def split_arguments(argv: list[str]) -> tuple[str | None, str | None, list[str]]:
