@@ -1,8 +1,9 @@
 """``python -m verl_ext.demo``'s own logic: arguments, the recipe runs it builds, the progress it reads. Its end-to-end
-run through verl's trainer is in tests/e2e/test_e2e_cpu.py (the autopilot run with the token lens)."""
+run through verl's trainer is in tests/e2e/test_e2e_cpu.py (the auto_cov run with the token lens)."""
 
 from __future__ import annotations
 
+import argparse
 import shlex
 import shutil
 import subprocess
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from verl_ext.demo.cli import main
+from verl_ext.demo.cli import main, parse_runs
 from verl_ext.demo.runs import MODELS, STEP_LINE, DemoSettings, recipe_script, run_command
 
 REPO = Path(__file__).resolve().parents[2]
@@ -22,9 +23,9 @@ REPO = Path(__file__).resolve().parents[2]
     "argv,message",
     [
         (["--losses", "vanilla,ppo"], "allowed: vanilla, clip_cov, kl_cov, grpo_erc, gppo_erc, high_entropy, entropy_adv, "
-                                       "autopilot, pi_coef, skywork, entropic"),
+                                       "auto_cov, pi_cov, pi_coef, skywork, entropic"),
         (["--losses", "vanilla,vanilla"], "twice"),
-        (["--losses", "autopilot"], "--losses autopilot: needs --entropy-target"),
+        (["--losses", "auto_cov"], "--losses auto_cov: needs --entropy-target"),
         (["--steps", "0"], "--steps 0 is invalid: allowed an integer >= 1"),
         (["--prompts-per-step", "3"], "--prompts-per-step 3 is invalid: allowed an even number"),
         (["--cov-ratio", "0"], "--cov-ratio 0.0 is invalid: allowed a fraction in (0, 1]"),
@@ -37,6 +38,22 @@ def test_bad_arguments_exit_2_naming_the_flag_and_the_allowed_values(argv, messa
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "train.log").exists()  # refused before anything ran
+
+
+def test_the_former_run_name_autopilot_is_auto_cov_with_a_deprecation_warning(tmp_path, capsys):
+    """``--losses autopilot`` (a deprecated alias, for one release) is the ``auto_cov`` run: the flag's parser maps
+    it and warns (a ``DeprecationWarning`` and a printed line naming ``auto_cov``); the demo then treats it as
+    ``auto_cov`` (here: refused for want of ``--entropy-target``, before anything runs)."""
+    with pytest.warns(DeprecationWarning, match="--losses autopilot is deprecated .*use auto_cov"):
+        assert parse_runs("vanilla,autopilot") == ["vanilla", "auto_cov"]
+    assert "warning: --losses autopilot is deprecated" in capsys.readouterr().err
+    with pytest.warns(DeprecationWarning, match="use auto_cov"), pytest.raises(SystemExit) as exc:
+        main(["--out", str(tmp_path), "--losses", "autopilot"])
+    assert exc.value.code == 2
+    assert "--losses auto_cov: needs --entropy-target" in capsys.readouterr().err
+    assert not (tmp_path / "train.log").exists()
+    with pytest.warns(DeprecationWarning), pytest.raises(argparse.ArgumentTypeError, match="names a run twice"):
+        parse_runs("autopilot,auto_cov")
 
 
 def _tracked(*paths: str) -> list[str]:
@@ -95,12 +112,18 @@ def test_each_run_is_the_recipe_with_its_loss_and_the_shared_settings(tmp_path, 
         "verl_ext.recipe.assets=true",
         f"ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH='{tmp_path / 'runs' / 'kl_cov.jsonl'}'",
         "trainer.val_before_train=False", "trainer.use_v1=false"]  # fmt: skip
-    cmd, env = run_command("autopilot", settings, tmp_path, build_assets=False)
-    assert env["LOSS"] == "clip_cov" and env["EXP_NAME"] == "autopilot" and "verl_ext.recipe.assets=false" in cmd
-    assert {"verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.target=2.5"} <= set(cmd)
+    cmd, env = run_command("auto_cov", settings, tmp_path, build_assets=False)
+    control = [c for c in cmd if c.startswith("verl_ext.entropy_control.")]
+    assert env["LOSS"] == "clip_cov" and env["EXP_NAME"] == "auto_cov" and "verl_ext.recipe.assets=false" in cmd
+    assert control == ["verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.target=2.5",
+                       "verl_ext.entropy_control.actuator=cov_ratio", "verl_ext.entropy_control.ratio_min=0.001",
+                       "verl_ext.entropy_control.ratio_max=0.5"]  # the default controller (auto): no controller key
     assert cmd.index("verl_ext.entropy_control.enable=true") < cmd.index("trainer.use_v1=false")
     with pytest.raises(ValueError, match="needs --entropy-target"):
-        run_command("autopilot", DemoSettings(), tmp_path, build_assets=False)
+        run_command("auto_cov", DemoSettings(), tmp_path, build_assets=False)
+    cmd, env = run_command("pi_cov", settings, tmp_path, build_assets=False)
+    assert env["LOSS"] == "clip_cov" and {"verl_ext.entropy_control.controller=pi",
+                                          "verl_ext.entropy_control.actuator=cov_ratio"} <= set(cmd)  # fmt: skip
     cmd, env = run_command("skywork", settings, tmp_path, build_assets=False)
     assert env["LOSS"] == "vanilla" and {"verl_ext.entropy_control.controller=skywork",
                                          "verl_ext.entropy_control.actuator=entropy_coef"} <= set(cmd)  # fmt: skip
@@ -126,14 +149,14 @@ def test_a_run_composes_with_the_sizes_it_was_given(tmp_path):
     overrides."""
     settings = DemoSettings(steps=7, seed=3, prompts=4, samples=2, response_length=5, lr=1e-3, cov_ratio=0.05,
                             entropy_target=2.5, overrides=("trainer.use_v1=false",))  # fmt: skip
-    cmd, env = run_command("autopilot", settings, tmp_path, build_assets=False)
+    cmd, env = run_command("auto_cov", settings, tmp_path, build_assets=False)
     done = subprocess.run(cmd, env={**env, "PRINT_CMD": "1"}, cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     printed = shlex.split(done.stdout.strip().splitlines()[-1])
     assert printed[1:3] == ["-m", "verl_ext.main_ppo"] and printed[printed.index("--config-name") + 1] == "cpu_tiny"
     assert printed[-(len(cmd) - 2):] == cmd[2:]  # the demo's overrides, after the launcher's
     assert {"policy_loss@actor_rollout_ref.actor.policy_loss=clip_cov", "cpu_model=toy",
-            f"verl_ext.recipe.work_dir='{tmp_path}'", "trainer.experiment_name='autopilot'"} <= set(printed)  # fmt: skip
+            f"verl_ext.recipe.work_dir='{tmp_path}'", "trainer.experiment_name='auto_cov'"} <= set(printed)  # fmt: skip
 
 
 def test_model_smollm2_gives_the_recipe_the_real_model_and_its_sizes(tmp_path, monkeypatch):

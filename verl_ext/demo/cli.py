@@ -20,13 +20,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
 from verl_ext.cpu.machine import machine_line
 from verl_ext.demo.report import summary_table, write_csv
-from verl_ext.demo.runs import (AUTOPILOT_RUN, CONTROL_RUNS, MODELS, RUN_NAMES, TASKS, DemoSettings, log_path, own_target,
-                                train_all)
+from verl_ext.demo.runs import (AUTO_COV_RUN, CONTROL_RUNS, DEPRECATED_RUNS, MODELS, RUN_NAMES, TASKS, DemoSettings,
+                                log_path, own_target, train_all)
 
 DEFAULT_RUNS = ("vanilla", "clip_cov")
 
@@ -41,8 +42,16 @@ def split_overrides(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 
 
 def parse_runs(text: str) -> list[str]:
-    """``a,b,c`` -> names, each one of :data:`RUN_NAMES`; ``argparse`` error otherwise."""
+    """``a,b,c`` -> names, each one of :data:`RUN_NAMES`; ``argparse`` error otherwise. A former name
+    (:data:`~verl_ext.demo.runs.DEPRECATED_RUNS`) stands for its run, with a ``DeprecationWarning`` and a printed
+    warning naming the run to use."""
     names = [n.strip() for n in text.split(",") if n.strip()]
+    for i, name in enumerate(names):
+        if name in DEPRECATED_RUNS:
+            names[i] = DEPRECATED_RUNS[name]
+            message = f"--losses {name} is deprecated and goes in the next release: use {names[i]} (the same run)"
+            warnings.warn(message, DeprecationWarning, stacklevel=2)
+            print(f"warning: {message}", file=sys.stderr)
     bad = [n for n in names if n not in RUN_NAMES]
     if bad or not names:
         raise argparse.ArgumentTypeError(f"--losses: {bad or text!r} invalid; allowed: {', '.join(RUN_NAMES)}")
@@ -76,7 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"Clip-Cov / KL-Cov selection ratio ({sizes('cov_ratio')}: a handful of a step's tokens)")
     p.add_argument("--entropy-target", type=float, default=None, metavar="NATS",
                    help=f"the target of the entropy-control runs ({', '.join(CONTROL_RUNS)}); alone, it adds "
-                        f"{AUTOPILOT_RUN!r}: clip_cov whose selection ratio the autopilot sets to hold this entropy")
+                        f"{AUTO_COV_RUN!r}: clip_cov whose selection ratio the default controller (auto) sets to hold "
+                        "this entropy")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (logs / CI)")
     return p  # fmt: skip
 
@@ -99,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(exc))
     runs = list(args.losses)
     if settings.entropy_target is not None and not set(runs) & set(CONTROL_RUNS):
-        runs.append(AUTOPILOT_RUN)
+        runs.append(AUTO_COV_RUN)
     controlled = [run for run in runs if run in CONTROL_RUNS and not own_target(run)]
     if controlled and settings.entropy_target is None:
         parser.error(f"--losses {','.join(controlled)}: needs --entropy-target NATS")

@@ -26,15 +26,20 @@ from verl_ext.checks.launch_env import quote
 LOSSES = ("vanilla", "clip_cov", "kl_cov", "grpo_erc", "gppo_erc", "high_entropy", "entropy_adv")
 """The losses ``recipe/cpu_tiny.sh`` takes as ``LOSS`` (each with its config group, ``configs/policy_loss/<loss>.yaml``)."""
 
-AUTOPILOT_RUN = "autopilot"
-"""The run of ``clip_cov`` whose selection ratio the entropy control sets (``--entropy-target``)."""
+AUTO_COV_RUN = "auto_cov"
+"""The run of ``clip_cov`` whose selection ratio the default controller (``auto``) sets (``--entropy-target``)."""
 
-AUTOPILOT_BOUNDS = (1e-3, 0.5)
-"""The selection-ratio range the demo's autopilot may use (``ratio_min``, ``ratio_max``)."""
+AUTO_COV_BOUNDS = (1e-3, 0.5)
+"""The selection-ratio range the demo's ``auto_cov`` and ``pi_cov`` runs may use (``ratio_min``, ``ratio_max``)."""
+
+DEPRECATED_RUNS = {"autopilot": AUTO_COV_RUN}
+"""Former run names -> the run they now name (``--losses`` takes them with a warning; removed in the next release)."""
 
 CONTROL_RUNS: dict[str, tuple[str, tuple[str, ...]]] = {
-    AUTOPILOT_RUN: ("clip_cov", ("actuator=cov_ratio", f"ratio_min={AUTOPILOT_BOUNDS[0]}",
-                                 f"ratio_max={AUTOPILOT_BOUNDS[1]}")),
+    AUTO_COV_RUN: ("clip_cov", ("actuator=cov_ratio", f"ratio_min={AUTO_COV_BOUNDS[0]}",
+                                f"ratio_max={AUTO_COV_BOUNDS[1]}")),
+    "pi_cov": ("clip_cov", ("controller=pi", "actuator=cov_ratio", f"ratio_min={AUTO_COV_BOUNDS[0]}",
+                            f"ratio_max={AUTO_COV_BOUNDS[1]}")),
     "pi_coef": ("vanilla", ("controller=pi", "actuator=entropy_coef", "coef_min=0.0001", "coef_max=0.1",
                              "coef_init=0.005")),
     "skywork": ("vanilla", ("controller=skywork", "actuator=entropy_coef")),
@@ -43,13 +48,14 @@ CONTROL_RUNS: dict[str, tuple[str, tuple[str, ...]]] = {
     "relative_linear": ("vanilla", ("target_unit=initial", "target=1.0", "schedule=linear", "target_end=0.5")),
 }
 """Runs that hold ``--entropy-target`` with the entropy control: run name -> (loss, ``verl_ext.entropy_control`` keys
-beside ``enable`` and ``target``). Every other key keeps its default: ``autopilot`` is the default controller
-(``auto``, self-tuning) on Clip-Cov's ratio; the papers' values for the others (Skywork-OR1's coefficient from 0,
-+- 0.0001 in [0, 0.005] (their or1_scripts/train/*.sh), EntroPIC's gains 1 / 0.01); ``pi_coef`` is verl_ext's PI law
-with the gains 10 / 2 and its zero-error coefficient 0.005 (pi works in log space: the default 0 is Skywork's start);
-``clip_high`` is the default controller on the PPO upper clip bound (rest value the actor's 0.2, range [0.2, 1.0]);
-``relative_linear`` is the default controller on the entropy coefficient with its own target, relative to the entropy
-of step 1 (AER's anchor): from 1.0x down to 0.5x of it, linearly over the run (``--entropy-target`` does not apply)."""
+beside ``enable`` and ``target``). Every other key keeps its default: ``auto_cov`` is the default controller
+(``auto``, self-tuning) on Clip-Cov's ratio, ``pi_cov`` verl_ext's PI law (gains 10 / 2) on the same ratio; the
+papers' values for the others (Skywork-OR1's coefficient from 0, +- 0.0001 in [0, 0.005] (their
+or1_scripts/train/*.sh), EntroPIC's gains 1 / 0.01); ``pi_coef`` is verl_ext's PI law with the gains 10 / 2 and its
+zero-error coefficient 0.005 (pi works in log space: the default 0 is Skywork's start); ``clip_high`` is the default
+controller on the PPO upper clip bound (rest value the actor's 0.2, range [0.2, 1.0]); ``relative_linear`` is the
+default controller on the entropy coefficient with its own target, relative to the entropy of step 1 (AER's anchor):
+from 1.0x down to 0.5x of it, linearly over the run (``--entropy-target`` does not apply)."""
 
 
 def own_target(run: str) -> bool:
@@ -212,5 +218,6 @@ def train_all(runs: Sequence[str], settings: DemoSettings, out: Path, log: IO[st
     return history
 
 
-__all__ = ["AUTOPILOT_BOUNDS", "AUTOPILOT_RUN", "CONTROL_RUNS", "CPU_MODELS", "DemoSettings", "LOSSES", "MODELS", "RUN_NAMES", "TASKS", "STEP_LINE", "log_path", "own_target",
-           "read_steps", "recipe_script", "run_command", "settings_overrides", "train", "train_all"]  # fmt: skip
+__all__ = ["AUTO_COV_BOUNDS", "AUTO_COV_RUN", "CONTROL_RUNS", "CPU_MODELS", "DEPRECATED_RUNS", "DemoSettings", "LOSSES",
+           "MODELS", "RUN_NAMES", "TASKS", "STEP_LINE", "log_path", "own_target", "read_steps", "recipe_script",
+           "run_command", "settings_overrides", "train", "train_all"]  # fmt: skip
