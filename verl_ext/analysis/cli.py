@@ -5,7 +5,8 @@ For every run (a verl ``file``-logger JSONL file or a TensorBoard event director
 ``label=path``) this fits ``R = -a * exp(H) + b`` (Cui et al., arXiv 2505.22617; ``H`` = policy
 entropy, ``R`` = reward) by least squares in ``x = exp(H)``, prints ``a``, ``b``, R² and the predicted
 ceiling ``b - a`` (the reward when entropy reaches 0), and draws entropy, reward, selected-token
-fraction, KL and the fitted law for all runs side by side in one PNG.
+fraction, KL, the entropy control's actuator and the fitted law for all runs side by side in one PNG, leaving out
+a panel whose metric no run logs (a line names it).
 
 With ``--generations [label=]PATH`` (a ``<step>.jsonl`` validation dump or a ``trainer.validation_data_dir``, e.g.
 one ``recipe/eval.sh`` wrote) it also prints avg@n, unbiased pass@k and maj@k per data source with bootstrap
@@ -136,8 +137,22 @@ def write_csv(results: Sequence[Analysis], path: Path) -> None:
             w.writerow([r.run.label, str(r.run.path), r.entropy_key, r.reward_key, *nums, r.error or ""])
 
 
+def logged_panels(
+    results: Sequence[Analysis], entropy_key: str | None = None, reward_key: str | None = None
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """:data:`PANELS` split into those some run logs (drawn) and those no run logs (left out of the figure), each
+    as ``(quantity, title)`` in :data:`PANELS`' order; ``entropy_key`` / ``reward_key`` replace those candidates."""
+    overrides = {"entropy": entropy_key, "reward": reward_key}
+    drawn, left_out = [], []
+    for quantity, title in PANELS:
+        cands = candidates(quantity, overrides.get(quantity))
+        logged = any(r.run.resolve(cands) is not None for r in results)
+        (drawn if logged else left_out).append((quantity, title))
+    return drawn, left_out
+
+
 def _draw_metric(ax, results: Sequence[Analysis], quantity: str, title: str, cands: tuple[Candidate, ...]) -> None:
-    """One panel: the metric over steps for every run that logs it, else a "not logged" note."""
+    """One panel: the metric over steps for every run that logs it (at least one does: :func:`logged_panels`)."""
     used = {}
     for i, r in enumerate(results):
         key = r.run.resolve(cands)
@@ -151,13 +166,6 @@ def _draw_metric(ax, results: Sequence[Analysis], quantity: str, title: str, can
             ax.plot(*r.run.series(target), color=f"C{i % 10}", linestyle="--", label=f"{r.run.label} target")
     ax.set_title(title)
     ax.set_xlabel("step")
-    if not used:
-        names = "\n".join(c if isinstance(c, str) else c.pattern for c in cands)
-        ax.text(0.5, 0.5, f"not logged by any run\n(looked for:\n{names})", ha="center", va="center",
-                transform=ax.transAxes, fontsize=7, color="0.4")
-        ax.set_xticks([])
-        ax.set_yticks([])
-        return
     keys = sorted(set(used.values()))
     ax.set_ylabel(keys[0] if len(keys) == 1 else "; ".join(keys), fontsize=7)
     ax.grid(alpha=0.3)
@@ -185,19 +193,29 @@ def _draw_law(ax, results: Sequence[Analysis]) -> None:
 def plot(
     results: Sequence[Analysis], out: Path, entropy_key: str | None, reward_key: str | None, title: str | None = None
 ) -> Path:
-    """Write the grid of panels (entropy, reward, selected fraction, KL, fitted law) to ``out``; the title
-    defaults to the run labels."""
+    """Write the panels some run has data for (entropy, reward, selected fraction, KL, the entropy control's
+    actuator: :func:`logged_panels`) and the fitted law, three to a row, to ``out``; the title defaults to the run
+    labels."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(16, 9))
+    drawn, _ = logged_panels(results, entropy_key, reward_key)
+    # the law after the step panels, the entropy control's actuator (when drawn) last
+    order: list[tuple[str, str] | None] = [p for p in drawn if p[0] != "control_ratio"]
+    order += [None, *(p for p in drawn if p[0] == "control_ratio")]
+    rows = -(-len(order) // 3)
+    fig = Figure(figsize=(16, 4.5 * rows))
     FigureCanvasAgg(fig)
-    axes = fig.subplots(2, 3).ravel()
+    axes = fig.subplots(rows, 3, squeeze=False).ravel()
     overrides = {"entropy": entropy_key, "reward": reward_key}
-    metric_axes = [*axes[:4], axes[5]]  # entropy, reward, selected fraction, KL, controlled ratio; the law at [4]
-    for ax, (quantity, panel_title) in zip(metric_axes, PANELS):
-        _draw_metric(ax, results, quantity, panel_title, candidates(quantity, overrides.get(quantity)))
-    _draw_law(axes[4], results)
+    for ax, panel in zip(axes, order):
+        if panel is None:
+            _draw_law(ax, results)
+        else:
+            quantity, panel_title = panel
+            _draw_metric(ax, results, quantity, panel_title, candidates(quantity, overrides.get(quantity)))
+    for ax in axes[len(order):]:
+        fig.delaxes(ax)
     fig.suptitle(title or ", ".join(r.run.label for r in results))
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -259,6 +277,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"wrote {args.csv}")
     if not args.no_plot:
         print(f"wrote {plot(results, Path(args.out), args.entropy_key, args.reward_key)}")
+        for quantity, title in logged_panels(results, args.entropy_key, args.reward_key)[1]:
+            keys = ", ".join(c if isinstance(c, str) else c.pattern for c in METRIC_KEYS[quantity])
+            print(f"left out the panel {title!r}: no run logs {keys}")
     return 0 if any(r.fit is not None for r in results) else 1
 
 
