@@ -70,8 +70,8 @@ LOSSES: dict[str, dict[str, Any]] = {
 }
 """The rows: vanilla (no current entropy), the losses whose update forward needs it (``high_entropy`` at micro
 scope: at batch scope its tokens are chosen on the driver from the old-log-prob pass and the update is vanilla's),
-and vanilla with an entropy bonus (``entropy_coeff`` > 0: Skywork-OR1's rule, the autopilot's ``entropy_coef``
-actuator), whose entropy needs its graph."""
+and vanilla with an entropy bonus (``entropy_coeff`` > 0: Skywork-OR1's rule, the entropy control's
+``entropy_coef`` actuator), whose entropy needs its graph."""
 ACTOR_KEYS: dict[str, dict[str, Any]] = {"entropy_bonus": {"entropy_coeff": 0.001}}
 """Actor-config keys of a row besides its policy loss."""
 

@@ -8,7 +8,8 @@ the same model, data, seed and settings; verl's V1 trainer, ``--legacy`` for the
 | --- | --- |
 | ``vanilla`` | GRPO, no entropy control |
 | ``clip_cov`` | Clip-Cov at a fixed ratio (``policy_loss.clip_cov_ratio``, 0.02) |
-| ``autopilot`` | auto x cov_ratio: Clip-Cov whose ratio the default, self-tuning controller sets |
+| ``auto_cov`` | auto x cov_ratio: Clip-Cov whose ratio the default, self-tuning controller sets |
+| ``pi_cov`` | pi x cov_ratio: Clip-Cov whose ratio the PI law (gains 10 / 2) sets (not in the default set) |
 | ``skywork`` | skywork x entropy_coef: Skywork-OR1's adaptive entropy coefficient (their values) |
 | ``pi_coef`` | pi x entropy_coef: the entropy coefficient set by the PI law in log space |
 | ``entropic`` | entropic x pos_weight: EntroPIC (their gains) |
@@ -45,10 +46,11 @@ from typing import Any
 
 from verl_ext.analysis.control import bias, block_gap, log_gap, logged_targets, relative_gap
 from verl_ext.demo.cli import split_overrides
-from verl_ext.demo.runs import CONTROL_RUNS, MODELS, log_path, own_target, read_steps
+from verl_ext.demo.runs import CONTROL_RUNS, MODELS, RUN_NAMES, log_path, own_target, read_steps
 
-VARIANTS = ("vanilla", "clip_cov", "autopilot", "skywork", "pi_coef", "entropic", "high_entropy", "entropy_adv", "clip_high",
+VARIANTS = ("vanilla", "clip_cov", "auto_cov", "skywork", "pi_coef", "entropic", "high_entropy", "entropy_adv", "clip_high",
             "relative_linear")
+"""The runs of the default ``--variants`` (``--variants`` takes any of the demo's runs, ``pi_cov`` too)."""
 
 
 def demo(seed: int, target: float, steps: int, work: Path, legacy: bool, variants: tuple[str, ...],
@@ -150,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", type=float, default=2.9, help="the target entropy, nats per token (2.9)")
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of the runs")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated runs (default: VARIANTS; any of the demo's runs)")
     parser.add_argument("--legacy", action="store_true", help="verl's legacy trainer instead of the V1 one")
     parser.add_argument("--model", choices=list(MODELS), default="tiny",
                         help="the demo's model: tiny (toy) or smollm2 (the real SmolLM2-135M-Instruct) (tiny)")
@@ -165,9 +167,9 @@ def main(argv: list[str] | None = None) -> int:
         print(summary(recorded["runs"], recorded["target"]))
         return 0
     variants = tuple(v for v in args.variants.split(",") if v)
-    if args.steps < 2 or not args.target > 0 or not variants or set(variants) - set(VARIANTS):
+    if args.steps < 2 or not args.target > 0 or not variants or set(variants) - set(RUN_NAMES):
         parser.error(f"--steps {args.steps} / --target {args.target} / --variants {args.variants}: allowed --steps >= 2 "
-                     f"(the gap is taken over the second half), --target > 0 (nats per token), variants from {VARIANTS}")  # fmt: skip
+                     f"(the gap is taken over the second half), --target > 0 (nats per token), variants from {RUN_NAMES}")  # fmt: skip
     work = args.work or Path(tempfile.mkdtemp(prefix="verl_ext_entropy_control_"))
     work.mkdir(parents=True, exist_ok=True)
     results = []

@@ -41,8 +41,8 @@ def test_cpu_mode_counts_its_upstream_workarounds():
 
 def test_the_cpu_recipes_entropy_falls_as_cpu_mode_says():
     """cpu_mode.md: on the CPU recipe, vanilla's entropy "falls within a few dozen steps" (its results file)."""
-    assert "results_autopilot_recipe_cpu.json" in (DOCS / "cpu_mode.md").read_text()
-    runs = json.loads((ROOT / "benchmarks/results/results_autopilot_recipe_cpu.json").read_text())["runs"]
+    assert "results_pi_cov_recipe_cpu.json" in (DOCS / "cpu_mode.md").read_text()
+    runs = json.loads((ROOT / "benchmarks/results/results_pi_cov_recipe_cpu.json").read_text())["runs"]
     entropy = next(r["entropy"] for r in runs if r["variant"] == "vanilla" and r["seed"] == 0)
     assert len(entropy) == 40 and entropy[19] < entropy[0] - 1 and entropy[39] < entropy[0] - 1, entropy
 
@@ -189,7 +189,7 @@ def test_the_readmes_controller_figures_are_the_results_pages():
         assert f"{label} {median[1]} / {median[2]} / {median[3]} %" in row, (median.groups(), row)
     row = next(line for line in readme.splitlines() if line.startswith("| `auto` on the toy"))
     section = results[results.index("### The default controller on the toy"):]
-    toy = re.search(r"^\| autopilot \| [^|]+ \| [^|]+ \| ([\d.]+)% \(", section, flags=re.M)
+    toy = re.search(r"^\| auto_cov \| [^|]+ \| [^|]+ \| ([\d.]+)% \(", section, flags=re.M)
     assert toy and f"| {toy[1]} % (" in row, (toy, row)
 
 

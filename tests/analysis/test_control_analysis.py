@@ -11,8 +11,8 @@ import pytest
 from verl_ext.analysis.cli import main
 
 
-def autopilot_run(path: Path, steps: int = 20) -> list[dict]:
-    """A verl FileLogger JSONL of an autopilot run: target 2.0, entropy approaching it, ratio rising to a bound."""
+def controlled_run(path: Path, steps: int = 20) -> list[dict]:
+    """A verl FileLogger JSONL of an entropy-controlled run: target 2.0, entropy approaching it, ratio rising to a bound."""
     rows = []
     with path.open("w") as handle:
         for step in range(1, steps + 1):
@@ -27,7 +27,7 @@ def autopilot_run(path: Path, steps: int = 20) -> list[dict]:
 
 
 def test_tracking_error_over_the_second_half_and_the_ratio_panel(tmp_path, capsys):
-    rows = autopilot_run(tmp_path / "run.jsonl")
+    rows = controlled_run(tmp_path / "run.jsonl")
     out_png = tmp_path / "a.png"
     assert main([str(tmp_path / "run.jsonl"), "--out", str(out_png)]) == 0
     printed = capsys.readouterr().out
@@ -44,7 +44,7 @@ def test_tracking_error_over_the_second_half_and_the_ratio_panel(tmp_path, capsy
 
 
 def test_lens_summary_next_to_the_run(tmp_path, capsys):
-    autopilot_run(tmp_path / "run.jsonl")
+    controlled_run(tmp_path / "run.jsonl")
     rows = [("7", 1.0, 0.5, 2.0), ("7", 3.0, 0.7, 4.0), (":", -1.0, 0.2, 1.5)]
     with (tmp_path / "run.lens.jsonl").open("w") as handle:
         for token, adv, prob, cov in rows:
@@ -58,7 +58,7 @@ def test_lens_summary_next_to_the_run(tmp_path, capsys):
 
 
 def test_a_broken_lens_file_is_an_input_error(tmp_path, capsys):
-    autopilot_run(tmp_path / "run.jsonl")
+    controlled_run(tmp_path / "run.jsonl")
     (tmp_path / "bad.lens.jsonl").write_text('{"token": "7"}\n')
     assert main([str(tmp_path / "run.jsonl"), "--no-plot", "--lens", str(tmp_path / "bad.lens.jsonl")]) == 2
     assert "bad.lens.jsonl:1: not a token-lens row" in capsys.readouterr().err
@@ -151,7 +151,7 @@ def test_the_gap_noise_floor_is_the_per_step_gap_of_an_entropy_held_on_target():
 
 
 def scheduled_run(path: Path, steps: int = 20) -> list[dict]:
-    """An autopilot run whose target moves linearly from 2.0 to 1.0 and whose entropy sits 10 % above each step's
+    """An entropy-controlled run whose target moves linearly from 2.0 to 1.0 and whose entropy sits 10 % above each step's
     target. Against the constant first target 2.0 it would look far off."""
     rows = []
     with path.open("w") as handle:

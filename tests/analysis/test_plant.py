@@ -76,7 +76,7 @@ def test_what_the_fits_say():
     ratio = fitted_plant("real_cov_ratio", BENCH)[0]
     assert -ratio.drift / ratio.gain > math.log(0.5 / 0.001)
     toy_ratio = 0.001 * math.exp(-toy.drift / toy.gain)
-    assert 0.02 < toy_ratio < 0.04  # the toy autopilot's ratios at the end of its runs: 0.015-0.044
+    assert 0.02 < toy_ratio < 0.04  # the toy pi_cov runs' ratios at the end: 0.015-0.044
     selected = selected_fraction_fit(BENCH)
     assert abs(selected.gain) < 1.5 * selected.se_gain
 
@@ -109,7 +109,7 @@ def test_vanillas_simulated_gap_matches_the_logs():
                          "results_real_model_vanilla_40_seed2.jsonl"], 0.3)  # fmt: skip
     import json
 
-    toy = [r["tracking_error"] for r in json.loads((BENCH / "results_autopilot_recipe_cpu.json").read_text())["runs"]
+    toy = [r["tracking_error"] for r in json.loads((BENCH / "results_pi_cov_recipe_cpu.json").read_text())["runs"]
            if r["variant"] == "vanilla"]  # fmt: skip
     for name, target, logged in (("real_entropy_coef", 0.3, real), ("real_cov_ratio", 0.3, real),
                                  ("toy_cov_ratio", 2.6, toy)):  # fmt: skip
@@ -130,7 +130,7 @@ def test_how_often_pi_10_2_sits_on_a_bound_matches_the_logs():
     (Clip-Cov's ratio in [0.001, 0.5] from 0.1; the coefficient in [1e-4, 0.1] from 0.005), on the toy 40 steps (the
     ratio in [0.001, 0.5] from 0.02). The share of steps 16-30 (real) / 21-40 (toy) on a bound: the simulated median
     within 0.2 of the logged one (real: 80 % / 53 %; toy: 0 % in all three runs)."""
-    cases = [("real_cov_ratio", "results_real_model_demo/autopilot.jsonl",
+    cases = [("real_cov_ratio", "results_real_model_demo/pi_cov.jsonl",
               dict(ratio_min=1e-3, ratio_max=0.5, ratio_init=0.1)),
              ("real_entropy_coef", "results_real_model_demo/pi_coef.jsonl",
               dict(coef_min=1e-4, coef_max=0.1, coef_init=0.005))]  # fmt: skip

@@ -28,8 +28,8 @@ measurement. Standard errors are the weighted least squares' at the chosen ``lam
   ``..._entropic_coef_40.jsonl``, ``results_real_model_demo/pi_coef.jsonl``); ``a`` = the applied coefficient
   (``entropy_control/value``).
 * ``real_cov_ratio`` - the same model: the vanilla runs (``a = 0``), the controlled runs on Clip-Cov's ratio
-  (``results_real_model_autopilot_40{,_limited,_seed1,_seed2}.jsonl``, ``results_real_model_demo/autopilot.jsonl``,
-  ``results_real_model_demo/seed1/autopilot.jsonl``) and fixed-ratio Clip-Cov (``results_real_model_clip_cov_40*``,
+  (PI x cov_ratio: ``results_real_model_pi_cov_40{,_limited,_seed1,_seed2}.jsonl``,
+  ``results_real_model_demo/pi_cov.jsonl``, ``results_real_model_demo/seed1/pi_cov.jsonl``) and fixed-ratio Clip-Cov (``results_real_model_clip_cov_40*``,
   ``clip_cov_ratio`` 0.1); ``a = log(asked ratio / 0.001)``. The *asked* ratio: the fraction Clip-Cov really detached
   (``actor/clip_cov/batch_selected_frac``) follows the step's own candidate set, which grows with the same batch's
   entropy, so it is correlated with the measurement noise and shows no effect (see :func:`selected_fraction_fit`);
@@ -40,8 +40,8 @@ measurement. Standard errors are the weighted least squares' at the chosen ``lam
   ``results_real_model_entropic_regime_40{,_seed1,_seed2}.jsonl`` with ``entropic_ki`` 0.1); ``a`` = the applied alpha
   (``entropy_control/value``; alpha > 0 lowers entropy, so the fitted gain is negative).
 * ``toy_cov_ratio`` - the CPU recipe's toy (16 prompts x 8 responses x 16 tokens): vanilla and fixed Clip-Cov (0.02)
-  and the controlled runs of ``results_autopilot_recipe_cpu.json`` (its selected fraction) and of
-  ``results_entropy_control_cpu.json`` (its ratio: there every asked token qualified); ``a = log(ratio / 0.001)``.
+  and the controlled runs (``pi_cov``: PI x cov_ratio) of ``results_pi_cov_recipe_cpu.json`` (its selected fraction)
+  and of ``results_entropy_control_cpu.json`` (its ratio: there every asked token qualified); ``a = log(ratio / 0.001)``.
 * ``toy_entropy_coef`` - the toy's vanilla runs and its ``pi_coef`` / ``skywork`` runs (``results_entropy_control_cpu.json``,
   ``results_entropy_control_cpu_corrected.json``; 16 steps): the coefficient was hardly used there, so its gain is
   poorly determined (see its standard error).
@@ -233,9 +233,10 @@ REAL_COEF = tuple(f"results_real_model_{n}.jsonl" for n in (
     "pi_coef_40", "pi_coef_40_seed1", "pi_coef_40_seed2", "skywork_40", "skywork_40_seed1", "skywork_40_seed2",
     "skywork_regime_40", "skywork_regime_40_seed1", "skywork_regime_40_seed2", "entropic_coef_40")) + (
     "results_real_model_demo/pi_coef.jsonl",)  # fmt: skip
-REAL_AUTOPILOT_RATIO = tuple(f"results_real_model_{n}.jsonl" for n in (
-    "autopilot_40", "autopilot_40_limited", "autopilot_40_seed1", "autopilot_40_seed2")) + (
-    "results_real_model_demo/autopilot.jsonl", "results_real_model_demo/seed1/autopilot.jsonl")  # fmt: skip
+REAL_PI_COV_RATIO = tuple(f"results_real_model_{n}.jsonl" for n in (
+    "pi_cov_40", "pi_cov_40_limited", "pi_cov_40_seed1", "pi_cov_40_seed2")) + (
+    "results_real_model_demo/pi_cov.jsonl", "results_real_model_demo/seed1/pi_cov.jsonl")  # fmt: skip
+"""The real model's PI runs on Clip-Cov's selection ratio (``pi_cov``; target 0.3)."""
 REAL_POS_WEIGHT = tuple(f"results_real_model_{n}.jsonl" for n in (
     "entropic_40", "entropic_40_seed1", "entropic_40_seed2", "entropic_regime_40", "entropic_regime_40_seed1",
     "entropic_regime_40_seed2"))  # fmt: skip
@@ -244,7 +245,7 @@ REAL_FIXED_RATIO = ("results_real_model_clip_cov_40.jsonl", "results_real_model_
                     "results_real_model_clip_cov_40_seed2.jsonl")  # fmt: skip
 REAL_FIXED_RATIO_VALUE = 0.1
 """``clip_cov_ratio`` of the real model's fixed Clip-Cov runs (docs/real_model.md)."""
-TOY_40 = "results_autopilot_recipe_cpu.json"
+TOY_40 = "results_pi_cov_recipe_cpu.json"
 TOY_16 = "results_entropy_control_cpu.json"
 TOY_16_CORRECTED = "results_entropy_control_cpu_corrected.json"
 TOY_FIXED_RATIO_VALUE = 0.02
@@ -273,7 +274,7 @@ def plant_series(name: str, root: str | Path) -> list[Series]:
                 + [real_series(root / f, _value, COEF) for f in REAL_POS_WEIGHT])  # fmt: skip
     if name == "real_cov_ratio":
         return ([real_series(root / f, None, RATIO) for f in REAL_VANILLA]
-                + [real_series(root / f, _asked_ratio, RATIO) for f in REAL_AUTOPILOT_RATIO]
+                + [real_series(root / f, _asked_ratio, RATIO) for f in REAL_PI_COV_RATIO]
                 + [real_series(root / f, lambda m: REAL_FIXED_RATIO_VALUE, RATIO) for f in REAL_FIXED_RATIO])  # fmt: skip
     if name == "toy_cov_ratio":
         out = []
@@ -281,8 +282,8 @@ def plant_series(name: str, root: str | Path) -> list[Series]:
             out += toy_series(root / f, "vanilla", None, RATIO)
         for f in (TOY_40, TOY_16):
             out += toy_series(root / f, "clip_cov", lambda r: [TOY_FIXED_RATIO_VALUE] * len(r["entropy"]), RATIO)
-        out += toy_series(root / TOY_40, "autopilot", lambda r: r["selected_frac"], RATIO)
-        out += toy_series(root / TOY_16, "autopilot", lambda r: r["actuator"], RATIO)
+        out += toy_series(root / TOY_40, "pi_cov", lambda r: r["selected_frac"], RATIO)
+        out += toy_series(root / TOY_16, "pi_cov", lambda r: r["actuator"], RATIO)
         return out
     if name == "toy_entropy_coef":
         out = []
@@ -322,7 +323,7 @@ def selected_fraction_fit(root: str | Path) -> PlantFit:
     root = Path(root)
     selected = lambda m: m["actor/clip_cov/batch_selected_frac"]  # noqa: E731
     return fit_plant([real_series(root / f, None, RATIO) for f in REAL_VANILLA]
-                     + [real_series(root / f, selected, RATIO) for f in (*REAL_AUTOPILOT_RATIO, *REAL_FIXED_RATIO)])  # fmt: skip
+                     + [real_series(root / f, selected, RATIO) for f in (*REAL_PI_COV_RATIO, *REAL_FIXED_RATIO)])  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------------------------
