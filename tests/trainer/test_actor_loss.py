@@ -371,7 +371,7 @@ def run_both(loss_fn, config, data, flat, entropy):
 @pytest.mark.parametrize("coef", [2.0**-7, 0.125])  # exact in float32, the field's dtype
 def test_entropy_coef_field_equals_verls_entropy_coeff(agg, coef):
     """verl_ext's loss with the batch field ``entropy_coef`` = c on every token (actor ``entropy_coeff`` 0, as the
-    autopilot requires) is verl's own ``ppo_loss`` with ``entropy_coeff`` = c and no field: value and gradients
+    entropy control requires) is verl's own ``ppo_loss`` with ``entropy_coeff`` = c and no field: value and gradients
     w.r.t. the log-probs and the entropy."""
     from verl.workers.utils.losses import ppo_loss as verl_ppo_loss
 
@@ -436,8 +436,8 @@ def test_pos_weight_term_is_entropics_formula(alpha, by_high_prob):
 @pytest.mark.parametrize(("actuator", "fields", "missing"),
                          [("entropy_coef", {}, "entropy_coef"), ("pos_weight", {}, "pos_weight"),
                           ("pos_weight", {"pos_weight": 0.5}, "pos_weight_norm")])  # fmt: skip
-def test_a_loss_side_actuators_missing_field_is_an_error_when_the_autopilot_drives_it(actuator, fields, missing):
-    """The loss applies an actuator's term only when its batch field is there; with the autopilot on that actuator
+def test_a_loss_side_actuators_missing_field_is_an_error_when_entropy_control_drives_it(actuator, fields, missing):
+    """The loss applies an actuator's term only when its batch field is there; with entropy control on that actuator
     (the actor keys interpolated from verl_ext.entropy_control), a batch without it is an error naming the field and
     the actuator instead of a term silently dropped. Off, or on cov_ratio, the same batch is fine."""
     from verl_ext.trainer.actor_loss import ppo_loss
@@ -457,7 +457,7 @@ def test_a_loss_side_actuators_missing_field_is_an_error_when_the_autopilot_driv
     run_both(ppo_loss, on, data, flat, entropy)
 
 
-def test_the_actor_config_carries_the_autopilots_switch_and_actuator(compose):
+def test_the_actor_config_carries_the_entropy_controls_switch_and_actuator(compose):
     """configs/verl_ext_trainer.yaml copies verl_ext.entropy_control.enable / .actuator into the actor node, so that
     the loss in the worker knows which field to expect."""
     from verl.utils.config import omega_conf_to_dataclass

@@ -77,7 +77,7 @@ def test_pi_law_on_a_trajectory_computed_by_hand():
 
 
 def test_step_response_holds_the_target_on_a_synthetic_plant():
-    """Entropy starts at 3 and would collapse to gain*r0/decay = 0.2; the autopilot holds it at 1.0 (r* = 0.05)."""
+    """Entropy starts at 3 and would collapse to gain*r0/decay = 0.2; PI on the ratio holds it at 1.0 (r* = 0.05)."""
     cfg = EntropyControlConfig(enable=True, controller="pi", actuator="cov_ratio", target=1.0, ratio_min=1e-4, ratio_max=0.5, kp=1.0, ki=0.3)
     history = run(EntropyController(cfg, ratio_init=0.01), steps=80)
     late = history[-20:]
@@ -181,9 +181,11 @@ def test_bad_values_name_the_key(values, key, words):
 
 from _trainer_fakes import RESPONSE_LENS, legacy_batch, legacy_trainer  # noqa: E402
 
-AUTOPILOT = ["policy_loss@actor_rollout_ref.actor.policy_loss=kl_cov", "actor_rollout_ref.actor.policy_loss.kl_cov_ratio=0.1",
-             "verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.target=50.0",
-             "verl_ext.entropy_control.actuator=cov_ratio", "verl_ext.entropy_control.ratio_max=0.5"]  # fmt: skip
+CONTROL_ON_KL_COV = ["policy_loss@actor_rollout_ref.actor.policy_loss=kl_cov",
+                     "actor_rollout_ref.actor.policy_loss.kl_cov_ratio=0.1",
+                     "verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.target=50.0",
+                     "verl_ext.entropy_control.actuator=cov_ratio", "verl_ext.entropy_control.ratio_max=0.5"]  # fmt: skip
+"""KL-Cov (ratio 0.1) whose selection ratio the default controller (``auto``) sets, target 50 nats."""
 
 
 def test_validation_names_the_key_of_an_unsupported_setting(compose):
@@ -194,11 +196,12 @@ def test_validation_names_the_key_of_an_unsupported_setting(compose):
           "verl_ext.entropy_control.target=0.3",
           "verl_ext.entropy_control.actuator=cov_ratio"],
          "verl_ext.entropy_control.enable"),
-        ([*AUTOPILOT, "actor_rollout_ref.actor.policy_loss.cov_scope=micro"], "verl_ext.entropy_control.enable"),
+        ([*CONTROL_ON_KL_COV, "actor_rollout_ref.actor.policy_loss.cov_scope=micro"],
+         "verl_ext.entropy_control.enable"),
         (["actor_rollout_ref.actor.policy_loss.loss_mode=vanilla", "verl_ext.token_lens.enable=true"],
          "verl_ext.token_lens.enable"),
-        ([*AUTOPILOT, "verl_ext.entropy_control.ratio_min=0.2"], "verl_ext.entropy_control.ratio_init"),
-        ([*AUTOPILOT, "verl_ext.entropy_control.schedule=cosine", "verl_ext.entropy_control.target_end=1.0"],
+        ([*CONTROL_ON_KL_COV, "verl_ext.entropy_control.ratio_min=0.2"], "verl_ext.entropy_control.ratio_init"),
+        ([*CONTROL_ON_KL_COV, "verl_ext.entropy_control.schedule=cosine", "verl_ext.entropy_control.target_end=1.0"],
          "verl_ext.entropy_control.schedule_steps"),
         (["verl_ext.token_lens.every_n_steps=0"], "verl_ext.token_lens.every_n_steps"),
     ):  # fmt: skip
@@ -212,8 +215,8 @@ def _entropys(batch) -> torch.Tensor:
     return torch.full(batch.batch["response_mask"].shape, 0.5) * batch.batch["response_mask"]
 
 
-def test_autopilot_sets_the_selection_ratio_and_its_state_goes_with_the_checkpoint(compose, tmp_path):
-    trainer = legacy_trainer(compose, *AUTOPILOT, f"trainer.default_local_dir={tmp_path}")
+def test_entropy_control_sets_the_selection_ratio_and_its_state_goes_with_the_checkpoint(compose, tmp_path):
+    trainer = legacy_trainer(compose, *CONTROL_ON_KL_COV, f"trainer.default_local_dir={tmp_path}")
     batch = legacy_batch()
     trainer.verl_ext_driver.observe_entropy(_entropys(batch), batch.batch["response_mask"])
     metrics = trainer._update_actor(batch).meta_info["metrics"]
@@ -226,12 +229,12 @@ def test_autopilot_sets_the_selection_ratio_and_its_state_goes_with_the_checkpoi
     assert metrics["actor/kl_cov/batch_selected_frac"] == pytest.approx(selected / sum(RESPONSE_LENS))
     saved = trainer.verl_ext_driver.save(trainer.global_steps)
     assert saved == tmp_path / "global_step_3" / "verl_ext_driver.json"
-    resumed = legacy_trainer(compose, *AUTOPILOT, f"trainer.default_local_dir={tmp_path}")
+    resumed = legacy_trainer(compose, *CONTROL_ON_KL_COV, f"trainer.default_local_dir={tmp_path}")
     assert resumed.verl_ext_driver.load(3)
     assert resumed.verl_ext_driver.controller.state_dict() == trainer.verl_ext_driver.controller.state_dict()
 
 
-def test_autopilot_on_clip_cov_holds_its_integral_while_the_bounds_admit_fewer_tokens_than_the_ratio(compose):
+def test_pi_on_clip_covs_ratio_holds_its_integral_while_the_bounds_admit_fewer_tokens_than_the_ratio(compose):
     """Clip-Cov with bounds no token's covariance reaches: the ratio asks for tokens, none is a candidate, so the step
     counts as limited and its error (which pushes the ratio up) stays out of the integral; KL-Cov (every token a
     candidate) delivers its budget and integrates."""
@@ -241,7 +244,7 @@ def test_autopilot_on_clip_cov_holds_its_integral_while_the_bounds_admit_fewer_t
                "verl_ext.entropy_control.ratio_max=0.5"]  # fmt: skip
     clip_cov = ["policy_loss@actor_rollout_ref.actor.policy_loss=clip_cov", "actor_rollout_ref.actor.policy_loss.clip_cov_ratio=0.1",
                 "actor_rollout_ref.actor.policy_loss.clip_cov_lb=1000.0", "actor_rollout_ref.actor.policy_loss.clip_cov_ub=2000.0"]  # fmt: skip
-    for overrides, limited in ((clip_cov, True), (AUTOPILOT[:2], False)):
+    for overrides, limited in ((clip_cov, True), (CONTROL_ON_KL_COV[:2], False)):
         trainer = legacy_trainer(compose, *overrides, *control)
         batch = legacy_batch()
         trainer.verl_ext_driver.observe_entropy(_entropys(batch), batch.batch["response_mask"])
@@ -259,14 +262,14 @@ def test_resume_path_mode_loads_from_the_given_folder_and_saves_later_steps_unde
     """``trainer.resume_mode=resume_path``: the state is read from ``resume_from_path``, but every later step is
     saved where verl saves it (``default_local_dir/global_step_<N>``), so a later ``auto`` resume finds it."""
     old_run, new_run = tmp_path / "old_run", tmp_path / "new_run"
-    first = legacy_trainer(compose, *AUTOPILOT, f"trainer.default_local_dir={old_run}")
+    first = legacy_trainer(compose, *CONTROL_ON_KL_COV, f"trainer.default_local_dir={old_run}")
     batch = legacy_batch()
     first.verl_ext_driver.observe_entropy(_entropys(batch), batch.batch["response_mask"])
     first._update_actor(batch)
     first.verl_ext_driver.save(3)
     resume = [f"trainer.default_local_dir={new_run}", "trainer.resume_mode=resume_path",
               f"trainer.resume_from_path={old_run / 'global_step_3'}"]  # fmt: skip
-    second = legacy_trainer(compose, *AUTOPILOT, *resume)
+    second = legacy_trainer(compose, *CONTROL_ON_KL_COV, *resume)
     assert second.verl_ext_driver.load(3)
     assert second.verl_ext_driver.controller.state_dict() == first.verl_ext_driver.controller.state_dict()
     second.verl_ext_driver.observe_entropy(_entropys(batch), batch.batch["response_mask"])
@@ -274,7 +277,8 @@ def test_resume_path_mode_loads_from_the_given_folder_and_saves_later_steps_unde
     second._update_actor(batch)
     assert second.verl_ext_driver.save(4) == new_run / "global_step_4" / "verl_ext_driver.json"
     assert not (old_run / "global_step_4").exists()
-    third = legacy_trainer(compose, *AUTOPILOT, f"trainer.default_local_dir={new_run}", "trainer.resume_mode=auto")
+    third = legacy_trainer(compose, *CONTROL_ON_KL_COV, f"trainer.default_local_dir={new_run}",
+                           "trainer.resume_mode=auto")  # fmt: skip
     assert third.verl_ext_driver.load(4)
     assert third.verl_ext_driver.controller.state_dict() == second.verl_ext_driver.controller.state_dict()
 
@@ -282,7 +286,7 @@ def test_resume_path_mode_loads_from_the_given_folder_and_saves_later_steps_unde
 def test_driver_state_follows_verls_max_actor_ckpt_to_keep(compose, tmp_path):
     """verl deletes ``global_step_<N>/actor`` of the checkpoints it no longer keeps; verl_ext's state file of
     those steps goes with it at the next save, the kept steps' files stay."""
-    trainer = legacy_trainer(compose, *AUTOPILOT, f"trainer.default_local_dir={tmp_path}")
+    trainer = legacy_trainer(compose, *CONTROL_ON_KL_COV, f"trainer.default_local_dir={tmp_path}")
     for step in (1, 2, 3):
         (tmp_path / f"global_step_{step}" / "actor").mkdir(parents=True)
         trainer.verl_ext_driver.save(step)
@@ -295,16 +299,16 @@ def test_driver_state_follows_verls_max_actor_ckpt_to_keep(compose, tmp_path):
     assert states == ["global_step_2", "global_step_3", "global_step_4"]
 
 
-def test_autopilot_without_an_observed_entropy_fails_clearly(compose):
-    trainer = legacy_trainer(compose, *AUTOPILOT)
+def test_entropy_control_without_an_observed_entropy_fails_clearly(compose):
+    trainer = legacy_trainer(compose, *CONTROL_ON_KL_COV)
     with pytest.raises(RuntimeError, match="no entropy observed"):
         trainer._update_actor(legacy_batch())
 
 
 def test_the_driver_holds_the_actuator_on_a_batch_without_valid_tokens_and_stops_after_max_bad_steps(compose):
-    """An empty response mask measures 0 nats: the autopilot holds the value of the step before, counts it, and the
-    third such step in a row stops the run naming the metric and the step."""
-    trainer = legacy_trainer(compose, *AUTOPILOT)
+    """An empty response mask measures 0 nats: the entropy controller holds the value of the step before, counts it,
+    and the third such step in a row stops the run naming the metric and the step."""
+    trainer = legacy_trainer(compose, *CONTROL_ON_KL_COV)
     driver = trainer.verl_ext_driver
     entropy, mask = torch.full((2, 3), 0.5), torch.ones(2, 3)
     driver.observe_entropy(entropy, mask)
@@ -485,19 +489,19 @@ def test_loss_change_metrics_measure_the_loss_itself():
 
 
 # ----------------------------------------------------------------------------------------------------------
-# resume: a missing autopilot state is an error unless asked for; the token lens does not repeat steps
+# resume: a missing entropy-controller state is an error unless asked for; the token lens does not repeat steps
 # ----------------------------------------------------------------------------------------------------------
 
 
-def test_resuming_without_the_autopilots_state_file_is_an_error_unless_fresh_on_resume(compose, tmp_path):
-    (tmp_path / "global_step_3").mkdir()  # a checkpoint saved without the autopilot: no verl_ext_driver.json
-    trainer = legacy_trainer(compose, *AUTOPILOT, f"trainer.default_local_dir={tmp_path}")
+def test_resuming_without_the_entropy_controllers_state_file_is_an_error_unless_fresh_on_resume(compose, tmp_path):
+    (tmp_path / "global_step_3").mkdir()  # a checkpoint saved without entropy control: no verl_ext_driver.json
+    trainer = legacy_trainer(compose, *CONTROL_ON_KL_COV, f"trainer.default_local_dir={tmp_path}")
     with pytest.raises(FileNotFoundError) as info:
         trainer.verl_ext_driver.load(3)
     message = str(info.value)
     assert str(tmp_path / "global_step_3" / "verl_ext_driver.json") in message
     assert "verl_ext.entropy_control.fresh_on_resume=true" in message
-    fresh = legacy_trainer(compose, *AUTOPILOT, f"trainer.default_local_dir={tmp_path}",
+    fresh = legacy_trainer(compose, *CONTROL_ON_KL_COV, f"trainer.default_local_dir={tmp_path}",
                            "verl_ext.entropy_control.fresh_on_resume=true")  # fmt: skip
     assert fresh.verl_ext_driver.load(3) is False
     assert fresh.verl_ext_driver.controller.state.integral == 0.0 and fresh.verl_ext_driver.controller.state.value is None
