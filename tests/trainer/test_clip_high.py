@@ -7,7 +7,7 @@
 
   token-mean over the valid tokens, ``r_i = exp(lp_i - old_i)``: value and gradient, with the batch field's
   ``eps_high``; the field must change the loss (the configured bound gives another value).
-* The contract the other loss-side actuators have: with the autopilot on ``clip_high`` a batch without the field is an
+* The contract the other loss-side actuators have: with entropy control on ``clip_high`` a batch without the field is an
   error naming it; the field on a loss whose upper bound is not verl's ``clip_ratio_high`` is an error; the value the
   loss used is logged; the driver sends the controller's value on every token.
 * The controllers ``auto`` and ``pi`` move it the right way on a synthetic plant; the refused pairs and losses are
@@ -99,8 +99,8 @@ def test_the_field_reaches_verl_ext_losses_too():
     assert abs(with_field[0].item() - narrow[0].item()) > 1e-3
 
 
-def test_a_missing_field_is_an_error_when_the_autopilot_drives_clip_high():
-    """The contract of the loss-side actuators: with the autopilot on clip_high (the actor keys interpolated from
+def test_a_missing_field_is_an_error_when_entropy_control_drives_clip_high():
+    """The contract of the loss-side actuators: with entropy control on clip_high (the actor keys interpolated from
     verl_ext.entropy_control) a batch without the field is an error naming it and the actuator, instead of the
     configured bound silently used while the driver logs another."""
     from verl_ext.contract import CLIP_RATIO_HIGH
