@@ -63,12 +63,14 @@ ENTROPIC = ("+entropy_control@verl_ext.entropy_control=entropic",
             "algorithm.filter_groups.max_num_gen_batches=30")  # fmt: skip
 """EntroPIC's controller with its values (configs/entropy_control/entropic.yaml, as recipe/dapo_entropic.yaml)."""
 
-CLIP_HIGH_RELATIVE = ("verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.actuator=clip_high",
-                      "verl_ext.entropy_control.target_unit=initial", "verl_ext.entropy_control.target=3.0",
-                      "verl_ext.entropy_control.initial_steps=1")  # fmt: skip
-"""The default controller (``auto``) on DAPO's upper clip bound, its target three times the entropy of step 1 (far above
-what the tiny policy keeps, so that it widens the bound); the anchor is step 1 alone (``initial_steps=1``: the launch
-has 3 steps, and the default anchor of 4 steps would leave the actuator at rest throughout)."""
+CLIP_HIGH_RELATIVE = ("verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.controller=pi",
+                      "verl_ext.entropy_control.kp=1.0", "verl_ext.entropy_control.ki=0.25",
+                      "verl_ext.entropy_control.actuator=clip_high", "verl_ext.entropy_control.target_unit=initial",
+                      "verl_ext.entropy_control.target=3.0", "verl_ext.entropy_control.initial_steps=1")  # fmt: skip
+"""PI (the controller that drives the clip bound; ``auto`` refuses it) on DAPO's upper clip bound with the gains the
+docs give for the real model, its target three times the entropy of step 1 (far above what the tiny policy keeps, so
+that it widens the bound); the anchor is step 1 alone (``initial_steps=1``: the launch has 3 steps, and the default
+anchor of 4 steps would leave the actuator at rest throughout)."""
 
 RECIPES: dict[str, tuple[str, ...]] = {
     "dapo_high_entropy": CLIP_HIGH_RELATIVE,
@@ -410,12 +412,12 @@ def test_high_entropy_trains_on_the_top_fifth_of_each_batch(runs):
 
 
 @launch_group("dapo_high_entropy")
-def test_auto_widens_the_clip_bound_toward_a_target_relative_to_step_one(runs):
+def test_pi_widens_the_clip_bound_toward_a_target_relative_to_step_one(runs):
     """``target_unit=initial`` with ``initial_steps=1``: step 1 measures the anchor H_0 and applies the rest value
     (the DAPO recipe's clip_ratio_high 0.28); from step 2 the target is 3 H_0 in nats and the controller widens the
     bound; every step's bound is the one the policy loss received (``actor/entropy_control/clip_ratio_high``, a float32
     batch field)."""
-    run = runs("dapo_high_entropy")  # auto on the clip bound rides on high_entropy's launch
+    run = runs("dapo_high_entropy")  # PI on the clip bound rides on high_entropy's launch
     anchor = run.metric(1, "entropy_control/anchor")
     assert anchor == pytest.approx(run.metric(1, "entropy_control/entropy"), rel=1e-9)
     assert run.metric(1, "entropy_control/clip_high") == pytest.approx(0.28, rel=1e-9)

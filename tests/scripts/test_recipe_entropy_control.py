@@ -1,7 +1,8 @@
 """The entropy control switched on over every recipe, as a user would on the command line: ``enable=true
 target=X`` alone passes verl_ext's config checks on each GPU recipe (and the CPU one) and builds the driver's
-controller; ``actuator=clip_high`` does on the GRPO and DAPO recipes of the vanilla loss, starting from the bound the
-recipe configures (GRPO 0.2, DAPO 0.28). Composed from each launch script's real command (no Ray, nothing started)."""
+controller; ``controller=pi actuator=clip_high`` does on the GRPO and DAPO recipes of the vanilla loss, starting from
+the bound the recipe configures (GRPO 0.2, DAPO 0.28). Composed from each launch script's real command (no Ray,
+nothing started)."""
 
 from __future__ import annotations
 
@@ -34,9 +35,10 @@ def test_clip_high_works_on_the_grpo_and_dapo_recipes(name, bound, tmp_path):
     from verl_ext.checks.validation import check_driver_features
     from verl_ext.driver.mixin import VerlExtDriver
 
-    cfg = composed(name, tmp_path, *ON, "verl_ext.entropy_control.actuator=clip_high")
+    cfg = composed(name, tmp_path, *ON, "verl_ext.entropy_control.controller=pi",
+                   "verl_ext.entropy_control.actuator=clip_high")
     assert cfg.actor_rollout_ref.actor.policy_loss.loss_mode == "vanilla"
-    assert check_driver_features(cfg) == ["entropy control: target 0.5 nats/token, controller auto on actuator "
+    assert check_driver_features(cfg) == ["entropy control: target 0.5 nats/token, controller pi on actuator "
                                           "clip_high"]  # fmt: skip
     controller = VerlExtDriver(cfg).controller
     assert controller.actuator.name == "clip_high" and controller.actuator.init == bound

@@ -271,7 +271,6 @@ def test_a_held_step_leaves_pis_integral_alone_when_the_selection_is_limited():
 
 @pytest.mark.parametrize("actuator, keys, rest", [
     ("cov_ratio", dict(ratio_init=0.002), math.log(0.002 / 1e-4)),   # log(ratio / ratio_min) = 3.0
-    ("clip_high", dict(clip_high_init=0.28), 0.28 - 0.2),            # eps_high - clip_high_min = 0.08
 ])  # fmt: skip
 def test_before_lag_plus_one_actions_auto_takes_the_actuator_at_its_init(actuator, keys, rest):
     """With lag 1, the entropy measured at step 2 moved under the value set before step 1: the actuator's init.
@@ -286,7 +285,6 @@ def test_before_lag_plus_one_actions_auto_takes_the_actuator_at_its_init(actuato
 
 @pytest.mark.parametrize("actuator, key, ours, theirs", [
     ("cov_ratio", "ratio_min", dict(ratio_init=0.002), dict(ratio_init=0.002, ratio_min=1e-3)),
-    ("clip_high", "clip_high_min", dict(clip_high_init=0.28), dict(clip_high_init=0.28, clip_high_min=0.1)),
 ])  # fmt: skip
 def test_a_resume_with_another_range_bottom_is_an_error_naming_it(actuator, key, ours, theirs):
     """auto's saved coordinates are measured from the range's bottom: another bottom would reinterpret them."""

@@ -10,7 +10,7 @@
 * The contract the other loss-side actuators have: with entropy control on ``clip_high`` a batch without the field is an
   error naming it; the field on a loss whose upper bound is not verl's ``clip_ratio_high`` is an error; the value the
   loss used is logged; the driver sends the controller's value on every token.
-* The controllers ``auto`` and ``pi`` move it the right way on a synthetic plant; the refused pairs and losses are
+* The controller ``pi`` moves it the right way on a synthetic plant; the refused pairs and losses are
   config-time errors naming the key and the allowed values.
 """
 
@@ -147,24 +147,22 @@ def plant(log_h: float, eps_high: float, gain: float = 1.0, drift: float = -0.05
     return log_h + drift + gain * (eps_high - 0.28)
 
 
-@pytest.mark.parametrize("controller", ["auto", "pi"])
-def test_the_controller_widens_the_bound_below_target_and_narrows_it_above(controller):
-    """Entropy below target: the bound leaves its rest value 0.28 upward; above: downward (the direction +1)."""
-    cfg = EntropyControlConfig(enable=True, controller=controller, actuator="clip_high", target=1.0)
+def test_the_controller_widens_the_bound_below_target_and_narrows_it_above():
+    """PI (the one controller that drives the bound): entropy below target, the bound leaves its rest value 0.28
+    upward; above: downward (the direction +1)."""
+    cfg = EntropyControlConfig(enable=True, controller="pi", actuator="clip_high", target=1.0)
     assert (cfg.clip_high_min, cfg.clip_high_max) == (0.2, 1.0)
     assert EntropyController(cfg, clip_high=0.28).update(1, 0.8)[0] > 0.28
     assert EntropyController(cfg, clip_high=0.28).update(1, 1.25)[0] < 0.28
 
 
-@pytest.mark.parametrize("controller", ["auto", "pi"])
-def test_the_controller_holds_a_decaying_plant_on_target_with_the_bound(controller):
+def test_the_controller_holds_a_decaying_plant_on_target_with_the_bound():
     """Starting at 0.6 nats below a target of 0.8, on a plant that loses 5 % a step at the rest value: the controller
     lifts the entropy to the target and keeps it there (steps 41-60 within 10 % of it, in the mean of log H), with
     the bound inside its range and above the rest value (it must work against the decay). Without it (the bound held
     at 0.28) the entropy would fall to 0.6 e^{-3} = 0.03."""
-    kwargs = dict(kp=1.0, ki=0.5) if controller == "pi" else {}
-    controller_ = EntropyController(EntropyControlConfig(enable=True, controller=controller, actuator="clip_high",
-                                                         target=0.8, **kwargs), clip_high=0.28)  # fmt: skip
+    controller_ = EntropyController(EntropyControlConfig(enable=True, controller="pi", actuator="clip_high",
+                                                         target=0.8, kp=1.0, ki=0.5), clip_high=0.28)  # fmt: skip
     log_h, history = math.log(0.6), []
     for step in range(1, 61):
         value, metrics = controller_.update(step, math.exp(log_h))
@@ -176,8 +174,9 @@ def test_the_controller_holds_a_decaying_plant_on_target_with_the_bound(controll
     assert sum(v for _, v in late) / len(late) > 0.28
 
 
-@pytest.mark.parametrize("controller", ["skywork", "entropic"])
+@pytest.mark.parametrize("controller", ["auto", "skywork", "entropic"])
 def test_the_refused_controllers_name_the_key_and_the_reason(controller):
+    """``auto`` included: the bound showed no authority on the fitted plants, so the default controller refuses it."""
     with pytest.raises(ConfigError) as info:
         EntropyControlConfig(enable=True, target=0.3, controller=controller, actuator="clip_high")
     assert info.value.key == "verl_ext.entropy_control.actuator"
@@ -191,7 +190,8 @@ def test_the_refused_controllers_name_the_key_and_the_reason(controller):
 ])  # fmt: skip
 def test_bad_clip_high_values_name_the_key(values, key, words):
     with pytest.raises(ConfigError) as info:
-        EntropyControlConfig.from_mapping({"enable": True, "target": 0.3, "actuator": "clip_high", **values})
+        EntropyControlConfig.from_mapping({"enable": True, "target": 0.3, "controller": "pi", "actuator": "clip_high",
+                                           **values})
     assert info.value.key == f"verl_ext.entropy_control.{key}" and words in info.value.message
 
 
@@ -206,8 +206,8 @@ def test_clip_high_keys_with_another_actuator_are_an_error():
 # config time and the driver (legacy trainer, no Ray)
 # ----------------------------------------------------------------------------------------------------------
 
-CLIP_HIGH = ["verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.actuator=clip_high",
-             "verl_ext.entropy_control.target=2.0"]  # fmt: skip
+CLIP_HIGH = ["verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.controller=pi",
+             "verl_ext.entropy_control.actuator=clip_high", "verl_ext.entropy_control.target=2.0"]  # fmt: skip
 
 
 @pytest.mark.parametrize("loss_mode", [*sorted(CLIP_HIGH_REFUSED_LOSSES), "gspo"])
@@ -227,7 +227,7 @@ def test_every_allowed_loss_passes_the_config_checks(compose, loss_mode):
     from verl_ext.checks.validation import check_driver_features
 
     described = check_driver_features(compose(*CLIP_HIGH, f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}"))
-    assert described == ["entropy control: target 2.0 nats/token, controller auto on actuator clip_high"]
+    assert described == ["entropy control: target 2.0 nats/token, controller pi on actuator clip_high"]
 
 
 def test_a_configured_bound_outside_the_range_is_an_error_naming_clip_high_init(compose):

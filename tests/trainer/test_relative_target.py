@@ -110,15 +110,15 @@ def test_step_1_anchors_and_applies_the_rest_value_then_pi_acts_on_the_absolute_
     assert controller.update(3, 2.0)[0] == pytest.approx(0.005, rel=1e-12)
 
 
-@pytest.mark.parametrize("actuator", ["clip_high", "entropy_coef"])
-def test_auto_applies_the_rest_value_at_the_anchoring_step_and_moves_after(actuator):
-    """auto on either actuator: step 1 applies the rest value whatever the entropy (1.0 against a target of 2 x 1.0,
+@pytest.mark.parametrize(("controller", "actuator"), [("pi", "clip_high"), ("auto", "entropy_coef")])
+def test_the_rest_value_applies_at_the_anchoring_step_and_moves_after(controller, actuator):
+    """PI on the clip bound, auto on the coefficient: step 1 applies the rest value whatever the entropy (1.0 against a target of 2 x 1.0,
     where a controller would act); step 2 at the same entropy moves it up (entropy below target)."""
-    cfg = relative(controller="auto", actuator=actuator, target=2.0)
-    controller = EntropyController(cfg, clip_high=0.28)
-    rest = controller.actuator.init
-    assert controller.update(1, 1.0)[0] == rest
-    assert controller.update(2, 1.0)[0] > rest
+    cfg = relative(controller=controller, actuator=actuator, target=2.0)
+    made = EntropyController(cfg, clip_high=0.28)
+    rest = made.actuator.init
+    assert made.update(1, 1.0)[0] == rest
+    assert made.update(2, 1.0)[0] > rest
 
 
 def test_an_unusable_first_measurement_holds_and_the_next_usable_one_anchors():

@@ -36,7 +36,7 @@ CLIP_HIGH_MAX = 1.0
 PAIRS = frozenset({("pi", "cov_ratio"), ("pi", "entropy_coef"), ("skywork", "entropy_coef"),
                    ("entropic", "pos_weight"), ("entropic", "entropy_coef"),
                    ("auto", "cov_ratio"), ("auto", "entropy_coef"), ("auto", "pos_weight"),
-                   ("pi", "clip_high"), ("auto", "clip_high")})  # fmt: skip
+                   ("pi", "clip_high")})  # fmt: skip
 """The (controller, actuator) pairs that make sense; :data:`REFUSED` says why each other pair does not."""
 
 REFUSED = {
@@ -53,10 +53,14 @@ REFUSED = {
                                "by controller=pi",
     ("skywork", "clip_high"): "Skywork's rule is written for an entropy-loss coefficient: its gate switches the term off "
                               "above the target, and the clip bound has no off value (PPO always clips somewhere): use "
-                              "controller=auto or pi",
+                              "controller=pi",
+    ("auto", "clip_high"): "the clip bound showed no authority over entropy on either fitted plant (SmolLM2-135M: on "
+                           "a bound of its range at every step and no closer to the target than no control; the toy: "
+                           "no better than no control), so auto has no gain to learn there: use actuator=entropy_coef, "
+                           "or controller=pi with gains you size (kp, ki)",
     ("entropic", "clip_high"): "EntroPIC's law and its gains (kp 1, ki 0.01 on H* - H in nats) are written for its "
                                "weight alpha in [-1, 1] around 0, not for a clip bound around 0.2-0.28: use "
-                               "controller=auto or pi",
+                               "controller=pi",
 }
 """Why each (controller, actuator) pair outside :data:`PAIRS` is refused: the error message names the pair to use."""
 
