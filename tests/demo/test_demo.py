@@ -133,6 +133,7 @@ def test_each_run_is_the_recipe_with_its_loss_and_the_shared_settings(tmp_path, 
     control = [c for c in cmd if c.startswith("verl_ext.entropy_control.")]
     assert env["LOSS"] == "vanilla" and control == ["verl_ext.entropy_control.enable=true",
                                                     "verl_ext.entropy_control.target=2.5",
+                                                    "verl_ext.entropy_control.controller=pi",
                                                     "verl_ext.entropy_control.actuator=clip_high"]  # fmt: skip
     # a relative run sets its own target (one target key, not --entropy-target's nats) and needs no --entropy-target
     for given in (settings, DemoSettings()):
@@ -187,3 +188,25 @@ def test_progress_follows_verls_console_step_lines_behind_rays_prefix():
     assert [int(m.group(1)) for m in [STEP_LINE.search(line)] if m] == [12]
     assert STEP_LINE.search("(pid=1) training/global_step:12 - x") is None
     assert STEP_LINE.search("Training Progress:   5%| 1/20 [00:04<01:20]") is None
+
+
+CONTROLLED = ["auto_cov", "pi_cov", "pi_coef", "skywork", "entropic", "clip_high", "relative_linear"]
+
+
+def test_the_controlled_runs_are_these():
+    from verl_ext.demo.runs import CONTROL_RUNS
+
+    assert sorted(CONTROL_RUNS) == sorted(CONTROLLED)
+
+
+@pytest.mark.parametrize("name", CONTROLLED)
+def test_every_controlled_run_is_a_valid_entropy_control_config(name):
+    """Each controlled run's keys, with ``enable`` and a target, pass the config's own validation (a refused
+    controller x actuator pair, or a key the pair does not read, would fail the demo's launch at config time)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from verl_ext.control.config import EntropyControlConfig
+    from verl_ext.demo.runs import CONTROL_RUNS
+
+    parsed = OverridesParser.create().parse_overrides(list(CONTROL_RUNS[name][1]))  # as Hydra reads them
+    EntropyControlConfig.from_mapping({"enable": True, "target": 2.5, **{o.key_or_group: o.value() for o in parsed}})

@@ -44,7 +44,7 @@ CONTROL_RUNS: dict[str, tuple[str, tuple[str, ...]]] = {
                              "coef_init=0.005")),
     "skywork": ("vanilla", ("controller=skywork", "actuator=entropy_coef")),
     "entropic": ("vanilla", ("controller=entropic", "actuator=pos_weight")),
-    "clip_high": ("vanilla", ("actuator=clip_high",)),
+    "clip_high": ("vanilla", ("controller=pi", "actuator=clip_high")),
     "relative_linear": ("vanilla", ("target_unit=initial", "target=1.0", "schedule=linear", "target_end=0.5")),
 }
 """Runs that hold ``--entropy-target`` with the entropy control: run name -> (loss, ``verl_ext.entropy_control`` keys
@@ -52,8 +52,9 @@ beside ``enable`` and ``target``). Every other key keeps its default: ``auto_cov
 (``auto``, self-tuning) on Clip-Cov's ratio, ``pi_cov`` verl_ext's PI law (gains 10 / 2) on the same ratio; the
 papers' values for the others (Skywork-OR1's coefficient from 0, +- 0.0001 in [0, 0.005] (their
 or1_scripts/train/*.sh), EntroPIC's gains 1 / 0.01); ``pi_coef`` is verl_ext's PI law with the gains 10 / 2 and its
-zero-error coefficient 0.005 (pi works in log space: the default 0 is Skywork's start); ``clip_high`` is the default
-controller on the PPO upper clip bound (rest value the actor's 0.2, range [0.2, 1.0]); ``relative_linear`` is the
+zero-error coefficient 0.005 (pi works in log space: the default 0 is Skywork's start); ``clip_high`` is verl_ext's PI
+law (gains 10 / 2; ``auto`` refuses the bound, which showed no authority) on the PPO upper clip bound (rest value the
+actor's 0.2, range [0.2, 1.0]); ``relative_linear`` is the
 default controller on the entropy coefficient with its own target, relative to the entropy of step 1 (AER's anchor):
 from 1.0x down to 0.5x of it, linearly over the run (``--entropy-target`` does not apply)."""
 
