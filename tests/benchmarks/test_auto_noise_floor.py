@@ -27,3 +27,11 @@ def test_the_defaults_miss_the_bias_bound_at_the_cpu_batch_and_meet_every_bound_
 def test_the_opt_in_two_sided_coefficient_meets_every_bound_at_the_cpu_batch():
     (two_sided,) = [c for k, c in rows().items() if k[0].startswith("two-sided")]
     assert two_sided[2] == "4" and two_sided[-1].strip() == "yes"
+
+
+def test_the_readmes_row_quotes_the_table():
+    table = rows()
+    readme = (RESULTS.parents[1] / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| the defaults' bias at 4 / 16 / 64 prompts"))
+    figures = " / ".join(table[("defaults", n, "0.3")][4] for n in ("4", "16", "64"))
+    assert f"| {figures} (bound 0.15) |" in row, (figures, row)
