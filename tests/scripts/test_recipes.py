@@ -727,12 +727,15 @@ def test_cpu_recipe_trains_the_real_model_with_cpu_model_smollm2(tmp_path):
 
 @pytest.mark.parametrize("loss", ["vanilla", "clip_cov", "kl_cov", "grpo_erc", "gppo_erc", "high_entropy", "entropy_adv"])
 def test_cpu_recipe_per_loss(loss, tmp_path):
-    """LOSS picks the loss group (the papers' values) and its actor preset; the selection ratio is the CPU recipe's."""
+    """LOSS picks the loss group (the papers' values) and its actor preset; the selection ratio is the CPU recipe's,
+    ERC's band the toy model's (configs/cpu_model/toy.yaml)."""
     w = str(tmp_path / "w")
     cfg = config("cpu_tiny", tmp_path, LOSS=loss, WORK_DIR=w)
     for key, value in group(f"policy_loss/{loss}.yaml").items():
-        if "${" not in str(value) and not key.endswith("_cov_ratio"):
+        if "${" not in str(value) and not key.endswith("_cov_ratio") and not key.startswith("entropy_mask_"):
             assert at(cfg, LOSS + key) == value, key
+    if loss.endswith("_erc"):
+        assert (at(cfg, LOSS + "entropy_mask_low"), at(cfg, LOSS + "entropy_mask_high")) == (0.99, 1.01)
     if (CONFIGS / "loss_actor" / f"{loss}.yaml").exists():
         for key, value in group(f"loss_actor/{loss}.yaml").items():
             assert at(cfg, PREFIX + key) == value, key
