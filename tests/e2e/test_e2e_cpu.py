@@ -442,13 +442,14 @@ def test_an_engine_killed_during_the_weight_sync_stops_the_run_naming_it(assets)
     lives on, and verl's trainer would wait in update_weights for ever): the entry point's watchdog finds the engine
     dead through its /health and stops the run within about a minute - exit 1, a line naming the server, the last
     completed step and the checkpoint - and the checkpoint of step 2 is whole (verl recorded it; its actor shards and
-    verl_ext's state are there)."""
+    verl_ext's state are there). The run is the Quick start's (``bash recipe/cpu_tiny.sh``: ``grpo_erc`` on the toy
+    model, at :data:`SIZES`), and its method acted: ERC masked tokens (a kept fraction below 1) in a logged step."""
     name, kill_log = "engine_killed", assets / "engine_killed.kills"
     env = "ray_kwargs.ray_init.runtime_env.env_vars"
     injection = (f"+{env}.PYTHONPATH={Path(__file__).parent}", f"+{env}.VERL_USE_EXTERNAL_MODULES=_kill_engine_at_sync",
                  f"+{env}.VERL_EXT_TEST_KILL_AT_SYNC='3'", f"+{env}.VERL_EXT_TEST_KILL_LOG={kill_log}")  # fmt: skip
     proc = subprocess.Popen(recipe_command("trainer.save_freq=1", "trainer.total_training_steps=4", *injection),
-                            env=recipe_env(assets, name, "clip_cov"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env=recipe_env(assets, name, "grpo_erc"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, cwd=assets, start_new_session=True)  # fmt: skip
     try:
         deadline = time.monotonic() + 600
@@ -475,3 +476,7 @@ def test_an_engine_killed_during_the_weight_sync_stops_the_run_naming_it(assets)
     ckpts = assets / "ckpts" / name
     assert (ckpts / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
     assert any((ckpts / "global_step_2" / "actor").glob("model_world_size_*_rank_0.pt"))
+    quick_start = Run(name, assets, output)
+    assert 1 in quick_start.steps, f"steps logged: {sorted(quick_start.steps)}"
+    kept = {step: quick_start.metric(step, "actor/erc/kept_frac") for step in sorted(quick_start.steps)}
+    assert min(kept.values()) < 1.0, f"ERC masked no token: kept fraction per step {kept}"
