@@ -55,6 +55,13 @@ BOUNDS = {"bias": 0.15, "block_gap": 0.35, "on_bound": 0.30}
 """What the controller must meet on the entropy coefficient, median over seeds, steps 21-40."""
 
 
+EARLIER = "before 0d7534d"
+"""The runs committed before the controller's defect fixes (commit 0d7534d: a held bad step's prediction, the outlier
+gate's first ten measurements, the entropy plausibility bound); on a run without bad steps the gate is the
+difference."""
+CURRENT = "8297de3"
+"""The commit of the re-measured default runs (``results_real_model_auto_coef_40*.jsonl``)."""
+
 RELATIVE_LINEAR = "linear 1.0 -> 0.5 x H_1"
 """The relative run's target: ``target_unit=initial target=1.0 schedule=linear target_end=0.5`` (steps 1-40)."""
 
@@ -70,12 +77,15 @@ class AutoRun:
     """The run's compute precision (``verl_ext.cpu_precision``)."""
     target: str = "0.3"
     """The target the run held, as the tables give it: nats, or a schedule relative to the entropy of step 1."""
+    build: str = EARLIER
+    """The commit whose controller the run used, or :data:`EARLIER`."""
 
 
 RUNS = (
     AutoRun("entropy_coef", "0", "results_real_model_auto_default_40.jsonl"),
     AutoRun("entropy_coef", "1", "results_real_model_auto_default_40_seed1.jsonl"),
     AutoRun("entropy_coef", "2", "results_real_model_auto_default_40_seed2.jsonl"),
+    AutoRun("entropy_coef", "0", "results_real_model_auto_coef_40.jsonl", build=CURRENT),
     AutoRun("clip_high", "0", "results_real_model_auto_clip_high_40.jsonl"),
     AutoRun("entropy_coef", "0", "results_real_model_auto_relative_linear_40.jsonl", target=RELATIVE_LINEAR),
     AutoRun("entropy_coef", "1", "results_real_model_auto_relative_linear_40_seed1.jsonl", target=RELATIVE_LINEAR),
@@ -103,7 +113,8 @@ def figures(run: AutoRun, root: Path = RESULTS) -> dict[str, Any]:
     target = logged_targets(rows, range(STEPS // 2 + 1, STEPS + 1), TARGET)  # each step's own target
     sigma = log_noise_sigma(entropy)
     out: dict[str, Any] = {
-        "actuator": run.actuator, "precision": run.precision, "target": run.target, "seed": run.seed, "log": run.log,
+        "actuator": run.actuator, "build": run.build if run.actuator in CONTROL_ACTUATOR_KEYS else "-",
+        "precision": run.precision, "target": run.target, "seed": run.seed, "log": run.log,
         "bias": bias(half, target), "block_gap": block_gap(half, target), "per_step_gap": relative_gap(half, target),
         "log_gap": log_gap(half, target),
         "noise_sigma": sigma, "noise_floor": gap_noise_floor(sigma),
@@ -125,18 +136,18 @@ def figures(run: AutoRun, root: Path = RESULTS) -> dict[str, Any]:
 
 
 def per_run(results: list[dict[str, Any]]) -> str:
-    lines = ["| actuator | precision | target | seed | bias | gap on 5-step blocks | on a bound | per-step gap (noise floor) | "
+    lines = ["| actuator | build | precision | target | seed | bias | gap on 5-step blocks | on a bound | per-step gap (noise floor) | "
              "log gap | geomean H | actuator, steps 21-40 | noise / gain / drift at step 40 |",
-             "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]  # fmt: skip
+             "| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]  # fmt: skip
     for r in results:
-        cells = [r["actuator"], r["precision"], r["target"], r["seed"], f"{r['bias']:.2f}", f"{r['block_gap']:.2f}", "-",
+        cells = [r["actuator"], r["build"], r["precision"], r["target"], r["seed"], f"{r['bias']:.2f}", f"{r['block_gap']:.2f}", "-",
                  f"{r['per_step_gap']:.2f} ({r['noise_floor']:.2f})", f"{r['log_gap']:.2f}",
                  f"{r['entropy_geomean']:.3f}", "-", "-"]  # fmt: skip
         if "on_bound" in r:  # a controlled run
             limited = f" (candidate-limited {r['limited']:.0%})" if "limited" in r else ""
-            cells[6] = f"{r['on_bound']:.0%}"
-            cells[10] = f"{r['value_min']:.3g} .. {r['value_max']:.3g}{limited}"
-            cells[11] = f"{r['est_noise']:.2f} / {r['est_gain']:.3g} / {r['est_drift']:+.3f}"
+            cells[7] = f"{r['on_bound']:.0%}"
+            cells[11] = f"{r['value_min']:.3g} .. {r['value_max']:.3g}{limited}"
+            cells[12] = f"{r['est_noise']:.2f} / {r['est_gain']:.3g} / {r['est_drift']:+.3f}"
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -144,11 +155,13 @@ def per_run(results: list[dict[str, Any]]) -> str:
 def medians(results: list[dict[str, Any]]) -> str:
     """Per actuator, precision and target, the median over its seeds, and whether it meets :data:`BOUNDS`; the uncontrolled
     references (vanilla) likewise, without the actuator's figures."""
-    lines = ["| actuator | precision | target | seeds | bias | gap on 5-step blocks | on a bound | per-step gap (noise floor) | "
+    lines = ["| actuator | build | precision | target | seeds | bias | gap on 5-step blocks | on a bound | per-step gap (noise floor) | "
              "log gap | geomean H (range) | meets bias <= 0.15, block gap <= 0.35, on a bound <= 30 % |",
-             "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
-    for actuator, precision, target in dict.fromkeys((r["actuator"], r["precision"], r["target"]) for r in results):
-        rs = [r for r in results if (r["actuator"], r["precision"], r["target"]) == (actuator, precision, target)]
+             "| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
+    groups = dict.fromkeys((r["actuator"], r["build"], r["precision"], r["target"]) for r in results)
+    for actuator, build, precision, target in groups:
+        rs = [r for r in results if (r["actuator"], r["build"], r["precision"], r["target"]) == (actuator, build,
+                                                                                                   precision, target)]
         keys = ("bias", "block_gap", "per_step_gap", "noise_floor", "log_gap") + (("on_bound",) if "on_bound" in rs[0] else ())
         m = {k: statistics.median(r[k] for r in rs) for k in keys}
         geo = [r["entropy_geomean"] for r in rs]
@@ -157,7 +170,7 @@ def medians(results: list[dict[str, Any]]) -> str:
             on_bound, meets = f"{m['on_bound']:.0%}", "yes" if not misses else "no: " + ", ".join(misses)
         else:
             on_bound, meets = "-", "- (uncontrolled)"
-        lines.append(f"| {actuator} | {precision} | {target} | {len(rs)} | {m['bias']:.2f} | {m['block_gap']:.2f} | "
+        lines.append(f"| {actuator} | {build} | {precision} | {target} | {len(rs)} | {m['bias']:.2f} | {m['block_gap']:.2f} | "
                      f"{on_bound} | {m['per_step_gap']:.2f} ({m['noise_floor']:.2f}) | {m['log_gap']:.2f} | {statistics.median(geo):.3f} "
                      f"({min(geo):.3f}-{max(geo):.3f}) | {meets} |")  # fmt: skip
     return "\n".join(lines)

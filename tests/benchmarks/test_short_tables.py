@@ -44,5 +44,5 @@ def test_auto_control_medians_only_drops_the_per_run_table(capsys):
     assert auto_control_runs.main(["--medians-only"]) == 0
     short = capsys.readouterr().out
     per_run = full[: full.index("\n\n") + 2]
-    assert per_run.startswith("| actuator | precision | target | seed |")
-    assert short == full[len(per_run):] and short.startswith("| actuator | precision | target | seeds |")
+    assert per_run.startswith("| actuator | build | precision | target | seed |")
+    assert short == full[len(per_run):] and short.startswith("| actuator | build | precision | target | seeds |")
