@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-TIER = re.compile(r"^(?P<outcome>(?:\d+ (?:passed|failed|deselected|skipped|warnings?|errors?)(?:, )?)+) in "
+TIER = re.compile(r"^(?P<outcome>(?:\d+ (?:passed|failed|xfailed|xpassed|deselected|skipped|warnings?|errors?)(?:, )?)+) in "
                   r"(?P<seconds>[\d.]+)s", flags=re.M)  # fmt: skip
 MACHINE = re.compile(r"^machine: (?P<machine>.+)$", flags=re.M)
 """The line each tier's summary ends with (tests/conftest.py ``machine_line``): CPU model, cores, memory."""

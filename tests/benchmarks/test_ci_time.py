@@ -50,3 +50,9 @@ def test_the_machine_comes_from_the_logs_machine_line(tmp_path):
     with pytest.raises(SystemExit):
         main(["--add", str(log), "--json", str(results)])
     assert len(json.loads(results.read_text())["runs"]) == 1
+
+
+def test_a_tier_with_expected_failures_is_read():
+    """pytest's closing line names strict xfails (``9 xfailed``) among the outcomes; the tier is still found."""
+    run = parse_log(LOG.replace("1045 passed, 13 warnings in", "1045 passed, 9 xfailed, 13 warnings in"))
+    assert run["fast"] == "1045 passed, 9 xfailed, 13 warnings" and run["fast_s"] == 441.82
