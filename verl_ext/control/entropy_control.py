@@ -226,11 +226,9 @@ class EntropyController:
             out["initial_steps"] = self.config.initial_steps
         if isinstance(self.controller, SelfTuningController):
             out.update(auto_memory=self.controller.memory, auto_lag=self.controller.lag, noise_ratios=list(NOISE_RATIOS))
-            # auto's coordinates are measured from the range's bottom (log(ratio / ratio_min), eps_high - clip_high_min)
+            # auto's coordinate on the ratio is measured from the range's bottom (log(ratio / ratio_min))
             if self.actuator.name == "cov_ratio":
                 out["ratio_min"] = self.config.ratio_min
-            elif self.actuator.name == "clip_high":
-                out["clip_high_min"] = self.config.clip_high_min
         return out
 
     def state_dict(self) -> dict[str, Any]:

@@ -2,8 +2,9 @@
 
 It works in log entropy, on the actuator's *coordinate* ``a`` (:func:`coordinate`): the entropy coefficient and
 EntroPIC's weight as they are (the loss is linear in them), Clip-Cov's / KL-Cov's ratio as ``log(ratio / ratio_min)``
-(it spans decades), the upper clip bound as ``eps_high - clip_high_min``. ``a = 0`` is the actuator at rest
-(coefficient or weight 0, the smallest ratio, the narrowest clip bound). It assumes the
+(it spans decades). ``a = 0`` is the actuator at rest (coefficient or weight 0, the smallest ratio). The PPO clip
+bound is not one of its actuators: it showed no authority on the fitted plants
+(:data:`~verl_ext.control.actuators.REFUSED`). It assumes the
 plant fitted from the committed logs (:mod:`verl_ext.analysis.plant`)::
 
     x_{t+1} = x_t + b + g a_{t-L} + w_t        (x: the policy's log entropy; b: drift; g: gain; L: lag)
@@ -63,12 +64,11 @@ RATE_PRIOR = 0.1
 """The gain's prior: the actuator's reference reach (:data:`REFERENCE_REACH`) moves log H by this much per step - the
 committed logs' fits give 0.05-0.18 (``verl_ext.analysis.plant``). Also the drift's prior standard deviation per
 step."""
-REFERENCE_REACH = {"entropy_coef": 0.1, "pos_weight": 1.0, "cov_ratio": math.log(0.2 / 1e-4), "clip_high": 1.0 - 0.2}
+REFERENCE_REACH = {"entropy_coef": 0.1, "pos_weight": 1.0, "cov_ratio": math.log(0.2 / 1e-4)}
 """Per actuator, the coordinate's reach that :data:`RATE_PRIOR` refers to - a property of the actuator's unit, not of
 the range a user sets: the coefficient's default ``coef_max`` (its prior is then 1 log H per unit of coefficient per
 step, between the fitted toy's ~0.5 and the real model's ~1.8), EntroPIC's whole [-1, 1] reach, and the default
-ratio range's span in log (``ln(0.2 / 1e-4)``), and the upper clip bound's default span (``1.0 - 0.2``: no fit of it
-exists; the prior's standard deviation is its own size, so the first steps' data outweigh it)."""
+ratio range's span in log (``ln(0.2 / 1e-4)``)."""
 GAIN_FLOOR = 0.1
 """The gain never goes below this share of its prior, on the actuator's side of 0 (an actuator ten times weaker than
 its range promises is handled as that weak; the drift cancellation ``-b / g`` stays finite)."""
@@ -145,28 +145,21 @@ STATE_ROW = len(FilterRow._fields)
 
 
 def coordinate(actuator: Actuator) -> tuple[str, float, float]:
-    """``(scale, a_lo, a_hi)``: ``log`` for ``cov_ratio`` (``a = log(u / lo)``), ``shift`` for ``clip_high``
-    (``a = u - lo``), else ``linear`` (``a = u``)."""
+    """``(scale, a_lo, a_hi)``: ``log`` for ``cov_ratio`` (``a = log(u / lo)``), else ``linear`` (``a = u``)."""
     if actuator.name == "cov_ratio":
         return "log", 0.0, math.log(actuator.hi / actuator.lo)
-    if actuator.name == "clip_high":
-        return "shift", 0.0, actuator.hi - actuator.lo
     return "linear", actuator.lo, actuator.hi
 
 
 def to_coordinate(actuator: Actuator, value: float) -> float:
-    scale, lo, hi = coordinate(actuator)
-    if scale == "log":
+    if coordinate(actuator)[0] == "log":
         return math.log(max(value, actuator.lo) / actuator.lo)
-    return float(value) - actuator.lo if scale == "shift" else float(value)
+    return float(value)
 
 
 def from_coordinate(actuator: Actuator, a: float) -> float:
-    scale, _, _ = coordinate(actuator)
-    if scale == "log":
+    if coordinate(actuator)[0] == "log":
         return actuator.lo * math.exp(a)
-    if scale == "shift":  # lo + (hi - lo) may round a hair above hi
-        return min(max(actuator.lo + a, actuator.lo), actuator.hi)
     return a
 
 
