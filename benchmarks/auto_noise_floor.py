@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from verl_ext.analysis.plant import fitted_plant, median_figures, simulate
+from verl_ext.analysis.plant import Plant, fitted_plant, median_figures, simulate
 from verl_ext.control.entropy_control import EntropyControlConfig, EntropyController
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -27,9 +27,8 @@ BOUNDS = {"bias": 0.15, "block_gap": 0.35, "bound_share": 0.30}
 """The bounds the defaults are held to on the real model (median over seeds, steps 21-40)."""
 
 
-def case(noise_divisor: float, target: float, **keys: float) -> dict[str, float]:
-    """The medians of :data:`SEEDS` simulated runs of the defaults (plus ``keys``) at ``target``."""
-    plant = fitted_plant("real_entropy_coef", RESULTS)[0]
+def case(plant: Plant, noise_divisor: float, target: float, **keys: float) -> dict[str, float]:
+    """The medians of :data:`SEEDS` simulated runs of the defaults (plus ``keys``) at ``target`` on ``plant``."""
     runs = [simulate(plant, EntropyController(EntropyControlConfig(enable=True, target=target, **keys)), seed=s,
                      measure_sigma=plant.measure_sigma / noise_divisor) for s in SEEDS]  # fmt: skip
     return median_figures(runs, target)
@@ -39,11 +38,12 @@ def table() -> str:
     lines = ["| controller | measurement noise (log H) | prompts a step (CPU recipe: 4) | target | bias | gap on 5-step "
              "blocks | on a bound | per-step gap | meets bias <= 0.15, block gap <= 0.35, on a bound <= 30 % |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
-    sigma = fitted_plant("real_entropy_coef", RESULTS)[0].measure_sigma
+    plant = fitted_plant("real_entropy_coef", RESULTS)[0]
+    sigma = plant.measure_sigma
     rows = [("defaults", d, t, {}) for d in (1, 2, 4) for t in (0.3, 0.5)]
     rows.append(("two-sided coefficient (opt-in, coef_min=-0.1)", 1, 0.3, {"coef_min": -0.1}))
     for name, divisor, target, keys in rows:
-        got = case(divisor, target, **keys)
+        got = case(plant, divisor, target, **keys)
         misses = [k for k, bound in BOUNDS.items() if got[k] > bound]
         lines.append(f"| {name} | {sigma / divisor:.3f} | {4 * divisor * divisor} | {target} | {got['bias']:.3f} | "
                      f"{got['block_gap']:.3f} | {got['bound_share']:.0%} | {got['gap']:.3f} | "
