@@ -4,6 +4,8 @@
 # usage: scripts/cluster/submit.sh [--address URL] [--token-file FILE] [--no-wait] [--submission-id ID] [--dry-run]
 #                                  RECIPE [HYDRA_OVERRIDES...]
 #   RECIPE  a recipe name (dapo_clip_cov) or path (recipe/dapo_clip_cov.sh)
+#   --submission-id ID  the job's id (default verl_ext_<recipe>_<UTC time>_<random>); waited for, a job that
+#           fails has its log's last lines printed again once it has ended (the live stream can miss them)
 # environment: RAY_ADDRESS (dashboard URL, default http://127.0.0.1:8265), RAY (ray executable),
 #   RAY_AUTH_TOKEN_PATH (the cluster's token file, ~/.ray/auth_token; ray_head.sh made it): sent with the
 #   submission, never put into the job's environment (the job runs inside the cluster, which has it),
@@ -24,8 +26,9 @@ REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 source "$REPO_ROOT/scripts/cluster/token.sh"
 LAUNCHER_ONLY=(PRINT_CMD PYTHON)  # launch variables that make no sense inside the job
 OTHER_FORWARDED=(WANDB_MODE HF_HOME HF_HUB_OFFLINE HF_DATASETS_OFFLINE)  # read by the run's processes, not the recipe
+TAIL_LINES=40  # lines of a failed job's whole log printed again once it has ended
 
-usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "error: $*" >&2; exit 2; }
 available_recipes() {
     local f names=()
@@ -97,8 +100,9 @@ print(json.dumps({"working_dir": stage, "env_vars": env}))
 PY
 )"
 
-cmd=("${RAY:-ray}" job submit "--address=$address" "--runtime-env-json=$runtime_env")
-[[ -n "$submission_id" ]] && cmd+=("--submission-id=$submission_id")
+# the job's id is chosen here, not by Ray, so that its full log can be read again once it has ended
+[[ -n "$submission_id" ]] || submission_id="verl_ext_${recipe}_$(date -u +%Y%m%dT%H%M%S)_$RANDOM"
+cmd=("${RAY:-ray}" job submit "--address=$address" "--runtime-env-json=$runtime_env" "--submission-id=$submission_id")
 (( no_wait )) && cmd+=(--no-wait)
 cmd+=(-- bash job.sh)
 
@@ -113,5 +117,15 @@ command -v "${cmd[0]}" >/dev/null || die "'${cmd[0]}' not found: install Ray (it
 ray_token_check "$token_file"
 export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH="$token_file"
 unset RAY_AUTH_TOKEN
-echo "submitting recipe/$recipe.sh to $address ($(ray_token_fingerprint "$token_file"))" >&2
-"${cmd[@]}"
+echo "submitting recipe/$recipe.sh to $address as '$submission_id' ($(ray_token_fingerprint "$token_file"))" >&2
+rc=0
+"${cmd[@]}" || rc=$?
+if (( rc != 0 && ! no_wait )); then
+    # Ray's live stream of a job's log can miss its last lines (ray-project/ray#46413, #48701), where a failed run
+    # says why it stopped (`verl_ext: stopped: ...`): read them again from the whole log, now that the job has ended
+    echo "submit.sh: job '$submission_id' failed (exit $rc); the last $TAIL_LINES lines of its whole log" \
+         "(ray job logs), which the live stream above can miss:" >&2
+    "${cmd[0]}" job logs "--address=$address" "$submission_id" 2>&1 | tail -n "$TAIL_LINES" >&2 \
+        || echo "submit.sh: could not read the job's log: ray job logs --address=$address $submission_id" >&2
+fi
+exit "$rc"

@@ -361,7 +361,8 @@ def test_a_node_lost_mid_run_stops_the_run_in_bounded_time(cluster):
 
 def test_the_stopped_run_names_the_lost_node(cluster):
     """The driver's last word names the lost node's address: the watchdog's ``verl_ext: stopped: ...`` line (or its
-    ``error: Ray actor ... died`` line)."""
+    ``error: Ray actor ... died`` line), in ``submit.sh``'s output - the live stream of the job's log, or the failed
+    job's last lines, which ``submit.sh`` prints again from the whole log (the stream can miss them)."""
     _, log = _kill_run(cluster)
     stopped = [x for x in log.splitlines() if "verl_ext: stopped: " in x or re.search(r"error: Ray actor .* died", x)]
     runner = [node for name, node in json.loads((cluster / "actors_run.json").read_text()) if "TaskRunner" in name]

@@ -22,9 +22,15 @@ FAKE_RAY = textwrap.dedent(
     f"""\
     #!{sys.executable}
     # Stand-in for the `ray` CLI: records its arguments; for `job submit`, records the runtime env and runs
-    # the entrypoint inside working_dir with the job's env_vars (and PRINT_CMD=1), as a Ray job would.
+    # the entrypoint inside working_dir with the job's env_vars (and PRINT_CMD=1), as a Ray job would; for
+    # `job logs`, prints FAKE_RAY_JOB_LOG.
     import json, os, subprocess, sys
     args = sys.argv[1:]
+    if args[:2] == ["job", "logs"]:  # the job's whole log (FAKE_RAY_JOB_LOG), its arguments recorded apart
+        with open(os.environ["FAKE_RAY_LOG"] + ".logs", "w") as handle:
+            json.dump(args, handle)
+        print(os.environ.get("FAKE_RAY_JOB_LOG", ""), end="")
+        sys.exit(0)
     with open(os.environ["FAKE_RAY_LOG"], "w") as handle:
         json.dump(args, handle)
     with open(os.environ["FAKE_RAY_LOG"] + ".auth", "w") as handle:  # the authentication Ray would use
@@ -38,7 +44,8 @@ FAKE_RAY = textwrap.dedent(
                              for d, _, files in os.walk(runtime_env["working_dir"]) for f in files), handle)
         entry = args[args.index("--") + 1:]
         env = {{**os.environ, **runtime_env.get("env_vars", {{}}), "PRINT_CMD": "1"}}
-        sys.exit(subprocess.run(entry, cwd=runtime_env["working_dir"], env=env).returncode)
+        returncode = subprocess.run(entry, cwd=runtime_env["working_dir"], env=env).returncode
+        sys.exit(int(os.environ.get("FAKE_RAY_JOB_RC", returncode)))  # FAKE_RAY_JOB_RC: the job failed so
     """
 )
 
@@ -189,6 +196,30 @@ def test_submit_runtime_env_installs_nothing_and_overrides_survive(fake_ray, tmp
     assert cmd[7:-3] == ["actor_rollout_ref.model.path='/models/m'", "trainer.nnodes=2"]
     files = json.loads(Path(fake_ray["FAKE_RAY_ENV"] + ".files").read_text())
     assert {"job.sh", "recipe/launch.sh", "recipe/dapo_kl_cov.sh", "recipe/dapo_kl_cov.yaml"} <= set(files), files
+
+
+def test_submit_names_the_job_and_prints_a_failed_jobs_last_lines_again(fake_ray):
+    """Ray's live stream of a job's log can miss its last lines (ray-project/ray#48701), which is where a stopped run
+    says why: a waited-for job that fails has its whole log's last lines printed again, read by the submission id
+    submit.sh chose, and submit.sh exits with the job's status."""
+    token_file(fake_ray)
+    whole = "".join(f"line {i}\n" for i in range(100)) + "verl_ext: stopped: Ray actor X (node 10.0.0.2) died\n"
+    env = {**fake_ray, "FAKE_RAY_JOB_RC": "1", "FAKE_RAY_JOB_LOG": whole}
+    res = run("submit.sh", "--address", "http://10.1.2.3:8265", "dapo_kl_cov", env=env)
+    assert res.returncode == 1, res.stderr
+    submitted = [a.removeprefix("--submission-id=") for a in ray_args(fake_ray) if a.startswith("--submission-id=")]
+    assert len(submitted) == 1 and submitted[0].startswith("verl_ext_dapo_kl_cov_"), ray_args(fake_ray)
+    logs = json.loads(Path(fake_ray["FAKE_RAY_LOG"] + ".logs").read_text())
+    assert logs == ["job", "logs", "--address=http://10.1.2.3:8265", submitted[0]]
+    assert f"job '{submitted[0]}' failed (exit 1)" in res.stderr
+    printed = res.stderr.split("can miss:\n", 1)[1].splitlines()
+    assert printed == whole.splitlines()[-40:], printed  # the last 40 lines, the stopped line last
+    # given an id, that is the job's; a job that succeeds, or one not waited for, prints nothing again
+    for extra, rc in ((["--submission-id", "mine"], "0"), (["--submission-id", "mine", "--no-wait"], "1")):
+        Path(fake_ray["FAKE_RAY_LOG"] + ".logs").unlink(missing_ok=True)
+        res = run("submit.sh", *extra, "dapo_kl_cov", env={**env, "FAKE_RAY_JOB_RC": rc})
+        assert res.returncode == int(rc) and "--submission-id=mine" in ray_args(fake_ray), res.stderr
+        assert not Path(fake_ray["FAKE_RAY_LOG"] + ".logs").exists() and "can miss" not in res.stderr
 
 
 LAUNCH_VALUES = {"MODEL_PATH": "/m", "DATA_DIR": "/d", "TRAIN_FILE": "a.parquet", "VAL_FILE": "b.parquet",
