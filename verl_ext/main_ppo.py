@@ -41,6 +41,7 @@ CPU mode is an error naming the fix.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import traceback
 
@@ -193,16 +194,26 @@ REPORT_WAIT_S = 45.0
 node is unreachable (``ActorUnavailableError``) before Ray's health checks mark the node dead (~15 s by default)."""
 
 
+PEER_LOST = re.compile(r"connection (closed|reset) by peer|ncclRemoteError|remote process exited|broken pipe",
+                       re.IGNORECASE)
+"""Words of gloo and NCCL for a collective whose peer is gone: a rank that survives its node's loss fails its next
+collective with them (a ``RuntimeError`` or ``torch.distributed.DistError`` raised in the worker), often before Ray
+reports the lost node's actors."""
+
+
 def lost_a_worker(exc: BaseException) -> bool:
     """``exc`` (or what it wraps: a remote task's error, an exception's cause) is Ray's word for an actor, worker or
-    node that is gone - not an exception the trainer's own code raised."""
+    node that is gone, or a collective's for a peer that is gone (:data:`PEER_LOST`, ``DistNetworkError``) - not an
+    exception the trainer's own code raised."""
     from ray import exceptions as rex
+    from torch.distributed import DistNetworkError
 
-    lost = (rex.RayActorError, rex.NodeDiedError, rex.WorkerCrashedError, rex.ObjectLostError, rex.LocalRayletDiedError)
+    lost = (rex.RayActorError, rex.NodeDiedError, rex.WorkerCrashedError, rex.ObjectLostError, rex.LocalRayletDiedError,
+            DistNetworkError)  # fmt: skip
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
-        if isinstance(exc, lost):
+        if isinstance(exc, lost) or PEER_LOST.search(str(exc)):
             return True
         exc = getattr(exc, "cause", None) if isinstance(exc, rex.RayTaskError) else exc.__cause__
     return False

@@ -1038,7 +1038,14 @@ def test_rays_errors_of_a_lost_worker_are_told_from_the_trainers_own():
     wrapped = RayTaskError("TaskRunner.run", "Traceback ...", ActorDiedError())  # a worker lost under the TaskRunner
     assert lost_a_worker(wrapped)
     assert not lost_a_worker(RayTaskError("TaskRunner.run", "Traceback ...", ValueError("a bug")))
-    assert not lost_a_worker(RuntimeError("NCCL error"))
+    assert not lost_a_worker(RuntimeError("NCCL error"))  # a backend's error, no peer named gone
+    # a rank that survives its peer's node: its collective fails first, in gloo's words or torch's network error
+    gloo = RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:538] Connection closed by peer [10.77.0.2]:41")
+    assert lost_a_worker(RayTaskError("TaskRunner.run", "Traceback ...", RayTaskError("W.update", "...", gloo)))
+    assert lost_a_worker(RuntimeError("Read error [10.0.0.2]:52 Connection reset by peer"))
+    from torch.distributed import DistNetworkError
+
+    assert lost_a_worker(RayTaskError("TaskRunner.run", "Traceback ...", DistNetworkError("store unreachable")))
     try:
         try:
             raise ActorDiedError()
