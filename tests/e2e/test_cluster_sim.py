@@ -366,7 +366,9 @@ def test_the_stopped_run_names_the_lost_node(cluster):
     _, log = _kill_run(cluster)
     stopped = [x for x in log.splitlines() if "verl_ext: stopped: " in x or re.search(r"error: Ray actor .* died", x)]
     runner = [node for name, node in json.loads((cluster / "actors_run.json").read_text()) if "TaskRunner" in name]
-    assert any(HOST_B in line for line in stopped), (f"TaskRunner on {runner}", stopped, log[-3000:])
+    errors = [x for x in log.splitlines() if re.search(r"error|Traceback|stopped", x, re.IGNORECASE)]
+    assert any(HOST_B in line for line in stopped), "\n".join(  # a string: pytest shortens a tuple's repr
+        [f"TaskRunner on {runner}; no stopped line names {HOST_B}: {stopped}", *errors[-30:], "", log[-3000:]])
 
 
 def test_the_last_recorded_checkpoint_of_the_lost_run_is_whole(cluster):
