@@ -86,6 +86,8 @@ RUNS = (
     AutoRun("entropy_coef", "1", "results_real_model_auto_default_40_seed1.jsonl"),
     AutoRun("entropy_coef", "2", "results_real_model_auto_default_40_seed2.jsonl"),
     AutoRun("entropy_coef", "0", "results_real_model_auto_coef_40.jsonl", build=CURRENT),
+    AutoRun("entropy_coef", "1", "results_real_model_auto_coef_40_seed1.jsonl", build=CURRENT),
+    AutoRun("entropy_coef", "2", "results_real_model_auto_coef_40_seed2.jsonl", build=CURRENT),
     AutoRun("clip_high", "0", "results_real_model_auto_clip_high_40.jsonl"),
     AutoRun("entropy_coef", "0", "results_real_model_auto_relative_linear_40.jsonl", target=RELATIVE_LINEAR),
     AutoRun("entropy_coef", "1", "results_real_model_auto_relative_linear_40_seed1.jsonl", target=RELATIVE_LINEAR),

@@ -182,9 +182,11 @@ def test_the_readmes_controller_figures_are_the_results_pages():
     tests/benchmarks/test_results_page.py checks those against the scripts)."""
     readme = (ROOT / "README.md").read_text()
     results = (DOCS / "results.md").read_text()
-    row = next(line for line in readme.splitlines() if line.startswith("| `auto` at 0.3 nats, median of 3 seeds"))
-    for actuator, label in (("entropy_coef", "coefficient (fp32)"), ("cov_ratio", "Clip-Cov's ratio (bf16)")):
-        median = re.search(rf"^\| {actuator} \| before 0d7534d \| \w+ \| 0\.3 \| 3 \| ([\d.]+) \| ([\d.]+) \| (\d+)% \|",
+    row = next(line for line in readme.splitlines() if line.startswith("| `auto` at 0.3 nats, 3-seed median"))
+    labels = (("entropy_coef", "coefficient (fp32)"), ("cov_ratio", "Clip-Cov's ratio (bf16, earlier)"))
+    for actuator, label in labels:
+        build = "8297de3" if actuator == "entropy_coef" else "before 0d7534d"  # the current defaults' runs
+        median = re.search(rf"^\| {actuator} \| {build} \| \w+ \| 0\.3 \| 3 \| ([\d.]+) \| ([\d.]+) \| (\d+)% \|",
                            results, flags=re.M)  # fmt: skip
         assert median, actuator
         assert f"{label} {median[1]} / {median[2]} / {median[3]} %" in row, (median.groups(), row)
@@ -275,7 +277,7 @@ def test_the_readmes_entropy_control_row_is_the_default_controllers_runs():
     from benchmarks import auto_control_runs as acr
 
     runs = [acr.figures(r) for r in acr.RUNS
-            if (r.actuator, r.precision, r.target, r.build) == ("entropy_coef", "fp32", "0.3", acr.EARLIER)]
+            if (r.actuator, r.precision, r.target, r.build) == ("entropy_coef", "fp32", "0.3", acr.CURRENT)]
     assert len(runs) == 3
     means = [r["entropy_mean"] for r in runs]
     readme = (ROOT / "README.md").read_text()
