@@ -3,7 +3,8 @@
 Every run is a ``SCALE=cpu MODEL=smollm2 bash recipe/gsm8k_grpo_vanilla.sh trainer.total_training_steps=40
 verl_ext.entropy_control.enable=true verl_ext.entropy_control.target=0.3`` GSM8K GRPO launch on
 SmolLM2-135M-Instruct (seeds 1 and 2 add :data:`benchmarks.real_model_runs.SEED1` / ``SEED2``): the controller's
-defaults, nothing else set. Two more take one more key each: ``actuator=clip_high`` (the PPO upper clip bound, from
+defaults, nothing else set. Two seeds hold ``target=0.5`` (:data:`SECOND_TARGET`) instead. Two more take one more key
+each: ``actuator=clip_high`` (the PPO upper clip bound, from
 GRPO's 0.2 up to 1.0) and a relative target on a schedule (``target_unit=initial target=1.0 schedule=linear
 target_end=0.5``: from the entropy of step 1 down to half of it over the 40 steps, on the coefficient). The ``entropy_coef`` rows are the current defaults in fp32 (CPU mode's default) on a 2-core
 Intel Xeon; the ``cov_ratio`` rows (``actuator=cov_ratio`` on ``gsm8k_grpo_clip_cov.sh``) were measured in bf16 on a
@@ -60,7 +61,13 @@ EARLIER = "before 0d7534d"
 gate's first ten measurements, the entropy plausibility bound); on a run without bad steps the gate is the
 difference."""
 CURRENT = "8297de3"
-"""The commit of the re-measured default runs (``results_real_model_auto_coef_40*.jsonl``)."""
+"""The commit of the re-measured default runs (``results_real_model_auto_coef_*40*.jsonl``: seed 0 at target 0.3 ran
+at it, the others later with the same controller on the coefficient)."""
+
+SECOND_TARGET = 0.5
+"""The second target, nats: above every fp32 vanilla run's entropy over steps 21-40 (geomean 0.05-0.20) and at the top
+of step 1's (0.23-0.51), so the raise-only coefficient has to hold entropy up against the policy's decline for the
+whole run - the direction it can act in - where at 0.3 it mostly rests on 0."""
 
 RELATIVE_LINEAR = "linear 1.0 -> 0.5 x H_1"
 """The relative run's target: ``target_unit=initial target=1.0 schedule=linear target_end=0.5`` (steps 1-40)."""
@@ -88,6 +95,9 @@ RUNS = (
     AutoRun("entropy_coef", "0", "results_real_model_auto_coef_40.jsonl", build=CURRENT),
     AutoRun("entropy_coef", "1", "results_real_model_auto_coef_40_seed1.jsonl", build=CURRENT),
     AutoRun("entropy_coef", "2", "results_real_model_auto_coef_40_seed2.jsonl", build=CURRENT),
+    AutoRun("entropy_coef", "0", "results_real_model_auto_coef_t05_40.jsonl", target=f"{SECOND_TARGET}", build=CURRENT),
+    AutoRun("entropy_coef", "1", "results_real_model_auto_coef_t05_40_seed1.jsonl", target=f"{SECOND_TARGET}",
+            build=CURRENT),
     AutoRun("clip_high", "0", "results_real_model_auto_clip_high_40.jsonl"),
     AutoRun("entropy_coef", "0", "results_real_model_auto_relative_linear_40.jsonl", target=RELATIVE_LINEAR),
     AutoRun("entropy_coef", "1", "results_real_model_auto_relative_linear_40_seed1.jsonl", target=RELATIVE_LINEAR),
