@@ -88,7 +88,9 @@ def timed_run(recipe: str, scale_dir: Path, env_extra: dict[str, str], args: tup
     launch = set(launch_env.names())  # the run's launch variables are its own, not the shell's
     env = {k: v for k, v in os.environ.items()
            if (not k.startswith(("VERL_", "RAY_")) or k == "VERL_EXT_CPU_IOMP") and k not in launch}  # fmt: skip
-    env.update(SCALE="cpu", WORK_DIR=str(scale_dir), PYTHON=sys.executable, EXP_NAME=f"startup-{log.stem}", **env_extra)
+    env.update(WORK_DIR=str(scale_dir), PYTHON=sys.executable, EXP_NAME=f"startup-{log.stem}", **env_extra)
+    if recipe != "cpu_tiny":  # the toy recipe is CPU mode itself and refuses a SCALE
+        env["SCALE"] = "cpu"
     start = time.monotonic()
     seen: dict[str, float] = {}
     first: dict[str, float] = {}

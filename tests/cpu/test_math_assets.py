@@ -117,3 +117,34 @@ def test_tokenizer_round_trips_every_prompt_and_answer(prepared, tmp_path):
         assert tokenizer.unk_token_id not in ids
     dapo = next(t for t in texts if t.startswith("Solve"))
     assert len(tokenizer(dapo, add_special_tokens=False)["input_ids"]) < 96 - 10  # fits SCALE=cpu's prompt length
+
+
+def test_the_toy_tasks_assets_are_built_once_and_rebuilt_when_their_arguments_or_files_change(tmp_path, monkeypatch):
+    """``recipe/cpu_tiny.sh``'s assets (``digits``): the first launch builds them, a second with the same arguments
+    starts without the build, and a changed seed, a missing file or a build cut short (no stamp) builds them again."""
+    from verl_ext.testbed import assets, task
+
+    builds: list[list[str]] = []
+
+    def build(cmd: list[str], what: str, env: dict[str, str] | None = None) -> str:
+        builds.append(cmd)
+        task.main([str(arg) for arg in cmd[3:]])  # python -m verl_ext.testbed.task ARGS, in this process
+        return ""
+
+    monkeypatch.setattr(assets, "_run", build)
+
+    def plan(seed: int = 0) -> assets.AssetPlan:
+        return assets.AssetPlan(task="digits", model="toy", folder=tmp_path, data_dir=tmp_path,
+                                model_path=tmp_path / "model", seed=seed)  # fmt: skip
+
+    assert assets.ensure(plan()) == ["digits"] and len(builds) == 1
+    weights = tmp_path / "model" / "model.safetensors"
+    written = weights.stat().st_mtime_ns
+    assert assets.ensure(plan()) == [] and len(builds) == 1
+    assert weights.stat().st_mtime_ns == written
+    assert assets.ensure(plan(seed=1)) == ["digits"] and len(builds) == 2
+    assert json.loads((tmp_path / task.STAMP).read_text())["seed"] == 1
+    (tmp_path / "val.parquet").unlink()
+    assert assets.ensure(plan(seed=1)) == ["digits"] and len(builds) == 3
+    (tmp_path / task.STAMP).unlink()
+    assert assets.ensure(plan(seed=1)) == ["digits"] and len(builds) == 4

@@ -12,7 +12,7 @@ What a CPU-scale run needs that no download gives it, under its folder (``verl_e
   (:mod:`~verl_ext.testbed.task`).
 
 Each step is skipped when its output is there (a model folder with its ``warmup.json``; the five prepared parquet
-files), so a second run starts at once. A failing step raises :class:`AssetError` naming what failed; the command line
+files; the toy task's stamp of its arguments and builder), so a second run starts at once. A failing step raises :class:`AssetError` naming what failed; the command line
 prints it and exits 2. ``python -m verl_ext.main_ppo`` calls :func:`ensure` for a recipe whose config asks for it
 (``verl_ext.recipe.assets``).
 """
@@ -26,6 +26,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from verl_ext.testbed.task import assets_current
 
 TASKS = ("math", "digits")
 MODELS = ("toy", "tiny", "smollm2")
@@ -116,7 +118,9 @@ def ensure(plan: AssetPlan) -> list[str]:
     """Build whatever ``plan`` lacks; the names of the steps that ran (empty: everything was there)."""
     done: list[str] = []
     if plan.task == "digits":
-        # cheap and deterministic from its arguments: always rewritten, so a changed length or seed takes effect
+        # deterministic from its arguments and its builder's source: rebuilt when either changed (the stamp)
+        if assets_current(plan.folder, plan.target_length, seed=plan.seed):
+            return done
         _run(_module("verl_ext.testbed.task", "--out", plan.folder, "--target-length", plan.target_length,
                      "--seed", plan.seed), f"building the tiny model and the task data in {plan.folder}")  # fmt: skip
         return ["digits"]

@@ -17,6 +17,8 @@ pkg://verl_ext.testbed.task`` (function :func:`compute_score`).
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import random
 import sys
 from collections.abc import Sequence
@@ -82,8 +84,35 @@ def rows(count: int, target_length: int, seed: int, split: str) -> list[dict[str
     return out
 
 
+STAMP = "assets.json"
+"""Written last by :func:`write_assets`: the arguments and the builder's source it wrote from (:func:`stamp`)."""
+
+
+def stamp(target_length: int, train_rows: int = 256, val_rows: int = 32, seed: int = 0) -> dict[str, object]:
+    """What the assets depend on: the arguments and a digest of the modules that build them (this one and
+    :mod:`~verl_ext.testbed.tiny_model`), so that a changed argument or builder rebuilds them. Cheap: no import."""
+    digest = hashlib.sha256()
+    for module in ("task.py", "tiny_model.py"):
+        digest.update((Path(__file__).with_name(module)).read_bytes())
+    return {"target_length": target_length, "train_rows": train_rows, "val_rows": val_rows, "seed": seed,
+            "builder": digest.hexdigest()}  # fmt: skip
+
+
+def assets_current(out: str | Path, target_length: int, train_rows: int = 256, val_rows: int = 32, seed: int = 0) -> bool:
+    """Whether ``out`` holds the assets :func:`write_assets` would write with these arguments: its stamp matches and
+    the model's weights and the two data files are there (a build cut short leaves no stamp)."""
+    root = Path(out)
+    try:
+        written = json.loads((root / STAMP).read_text())
+    except (OSError, ValueError):
+        return False
+    files = (root / "model" / "config.json", root / "model" / "model.safetensors", root / "train.parquet", root / "val.parquet")
+    return written == stamp(target_length, train_rows, val_rows, seed) and all(f.is_file() for f in files)
+
+
 def write_assets(out: str | Path, target_length: int, train_rows: int = 256, val_rows: int = 32, seed: int = 0) -> dict[str, str]:
-    """Write ``model/``, ``train.parquet`` and ``val.parquet`` under ``out``; returns their paths."""
+    """Write ``model/``, ``train.parquet`` and ``val.parquet`` under ``out``, then the stamp :func:`assets_current`
+    reads; returns their paths."""
     import pandas as pd
 
     from verl_ext.testbed.tiny_model import build_tiny_model  # noqa: I001 (lazy: transformers)
@@ -93,6 +122,7 @@ def write_assets(out: str | Path, target_length: int, train_rows: int = 256, val
             raise ValueError(f"verl_ext.testbed.task: {name}={value!r} is invalid: allowed an integer >= {low}")
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
+    (root / STAMP).unlink(missing_ok=True)  # a build cut short from here on is not current
     paths = {
         "model": build_tiny_model(root / "model", vocab=DIGITS + VOCAB_EXTRA, seed=seed, **MODEL_KWARGS),
         "train": str(root / "train.parquet"),
@@ -100,6 +130,7 @@ def write_assets(out: str | Path, target_length: int, train_rows: int = 256, val
     }
     pd.DataFrame(rows(train_rows, target_length, seed, "train")).to_parquet(paths["train"])
     pd.DataFrame(rows(val_rows, target_length, seed + 1, "val")).to_parquet(paths["val"])
+    (root / STAMP).write_text(json.dumps(stamp(target_length, train_rows, val_rows, seed)) + "\n")
     return paths
 
 
