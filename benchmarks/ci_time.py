@@ -6,9 +6,12 @@ Run ``.ci/run`` under GNU time and keep its log, then add it to a results file::
     python -m benchmarks.ci_time --add /tmp/ci_run.log --commit <sha> --machine "AMD EPYC, 2 cores" \\
         --note "..." --json benchmarks/results/results_ci_time.json
     python -m benchmarks.ci_time --summarise benchmarks/results/results_ci_time.json
+    python -m benchmarks.ci_time --summarise benchmarks/results/results_ci_time.json --slowest fast
 
 From the log: the whole run (GNU time's wall clock), the fast tier and the end-to-end tier (pytest's own closing
-lines, ``N passed ... in Xs``), the set-up and Quick start (the rest), and each tier's outcome. A log without one of
+lines, ``N passed ... in Xs``), the set-up and Quick start (the rest; the install's own time from
+``scripts/install_cpu.sh``'s last line, where the log has it), each tier's outcome, and each tier's slowest
+tests (pytest's ``--durations`` block). A log without one of
 these lines is an error naming it.
 """
 
@@ -27,6 +30,11 @@ TIER = re.compile(r"^(?P<outcome>(?:\d+ (?:passed|failed|xfailed|xpassed|deselec
                   r"(?P<seconds>[\d.]+)s", flags=re.M)  # fmt: skip
 MACHINE = re.compile(r"^machine: (?P<machine>.+)$", flags=re.M)
 """The line each tier's summary ends with (tests/conftest.py ``machine_line``): CPU model, cores, memory."""
+DURATIONS = re.compile(r"^=+ slowest (?:\d+ )?durations =+$", flags=re.M)
+"""The head of pytest's ``--durations`` block (pyproject's ``addopts``: the 30 slowest of each tier)."""
+DURATION = re.compile(r"^(?P<seconds>[\d.]+)s (?P<when>setup|call|teardown) +(?P<test>\S.*)$")
+INSTALL = re.compile(r"^done: CPU mode is ready .*; installed in (?P<seconds>\d+) s$", flags=re.M)
+"""scripts/install_cpu.sh's last line: the install's own time, inside the set-up and Quick start."""
 WALL = re.compile(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (?P<clock>[\d:.]+)")
 
 
@@ -48,7 +56,37 @@ def parse_log(text: str) -> dict[str, Any]:
     (fast, e2e), total = tiers, _clock_seconds(wall["clock"])
     fast_s, e2e_s = float(fast["seconds"]), float(e2e["seconds"])
     return {"total_s": round(total, 1), "setup_s": round(total - fast_s - e2e_s, 1), "fast_s": fast_s, "e2e_s": e2e_s,
-            "fast": fast["outcome"].strip(", "), "e2e": e2e["outcome"].strip(", ")}  # fmt: skip
+            "fast": fast["outcome"].strip(", "), "e2e": e2e["outcome"].strip(", "),
+            **({"install_s": float(found["seconds"])} if (found := INSTALL.search(text)) else {}),
+            **{f"{tier}_slowest": rows for tier, rows in zip(("fast", "e2e"), slowest(text)) if rows}}  # fmt: skip
+
+
+def slowest(text: str) -> list[list[list[Any]]]:
+    """Each tier's ``--durations`` block, in the log's order: ``[seconds, when, test]`` rows, slowest first."""
+    blocks = []
+    for head in DURATIONS.finditer(text):
+        rows = []
+        for line in text[head.end():].splitlines()[1:]:
+            found = DURATION.match(line.strip())
+            if found is None:
+                if rows:
+                    break
+                continue
+            rows.append([float(found["seconds"]), found["when"], found["test"].strip()])
+        blocks.append(rows)
+    return blocks
+
+
+def slowest_table(rows: list[list[Any]], count: int = 30) -> str:
+    """The ``count`` slowest rows as markdown, and each test file's share of them."""
+    lines = ["| seconds | phase | test |", "| ---: | --- | --- |"]
+    lines += [f"| {sec:.1f} | {when} | `{test}` |" for sec, when, test in rows[:count]]
+    files: dict[str, float] = {}
+    for sec, _, test in rows[:count]:
+        files[test.split("::")[0]] = files.get(test.split("::")[0], 0.0) + sec
+    lines += ["", "| test file | seconds among these |", "| --- | ---: |"]
+    lines += [f"| `{name}` | {sec:.1f} |" for name, sec in sorted(files.items(), key=lambda kv: -kv[1])]
+    return "\n".join(lines)
 
 
 def _minutes(seconds: float) -> str:
@@ -57,10 +95,11 @@ def _minutes(seconds: float) -> str:
 
 def table(runs: list[dict[str, Any]]) -> str:
     """The markdown table of the kept runs."""
-    lines = ["| date | commit | machine | set-up + Quick start | fast tier | end-to-end tier | whole `.ci/run` | note |",
+    lines = ["| date | commit | machine | set-up + Quick start (install) | fast tier | end-to-end tier | whole `.ci/run` | note |",
              "| --- | --- | --- | ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
     for run in runs:
-        lines.append(f"| {run['date']} | {run['commit']} | {run['machine']} | {_minutes(run['setup_s'])} | {_minutes(run['fast_s'])} "
+        install = f" ({_minutes(run['install_s'])})" if "install_s" in run else ""
+        lines.append(f"| {run['date']} | {run['commit']} | {run['machine']} | {_minutes(run['setup_s'])}{install} | {_minutes(run['fast_s'])} "
                      f"({run['fast']}) | {_minutes(run['e2e_s'])} ({run['e2e']}) | **{_minutes(run['total_s'])}** | "
                      f"{run['note']} |")  # fmt: skip
     return "\n".join(lines)
@@ -69,6 +108,10 @@ def table(runs: list[dict[str, Any]]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.ci_time", description=__doc__.split("\n\n")[0])
     parser.add_argument("--summarise", type=Path, help="print the table of a results file")
+    parser.add_argument("--latest-per-machine", action="store_true",
+                        help="with --summarise: only each machine's latest run (the file keeps them all)")
+    parser.add_argument("--slowest", choices=("fast", "e2e"),
+                        help="with --summarise: print the last run's slowest tests of that tier instead")
     parser.add_argument("--add", type=Path, help="a .ci/run log to add to --json")
     parser.add_argument("--json", type=Path, help="the results file --add appends to")
     parser.add_argument("--commit", default="", help="the commit the log ran")
@@ -76,7 +119,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--note", default="", help="what else ran on the machine, what failed")
     args = parser.parse_args(argv)
     if args.summarise:
-        print(table(json.loads(args.summarise.read_text())["runs"]))
+        runs = json.loads(args.summarise.read_text())["runs"]
+        if args.slowest:
+            kept = [run for run in runs if f"{args.slowest}_slowest" in run]
+            if not kept:
+                parser.error(f"no run in {args.summarise} keeps the {args.slowest} tier's slowest tests")
+            run = kept[-1]
+            print(f"{run['date']}, {run['commit']}, {run['machine']}:\n")
+            print(slowest_table(run[f"{args.slowest}_slowest"]))
+            return 0
+        if args.latest_per_machine:
+            latest = {run["machine"]: run for run in runs}
+            runs = [run for run in runs if latest[run["machine"]] is run]
+        print(table(runs))
         return 0
     if not (args.add and args.json):
         parser.error("give --summarise FILE, or --add LOG with --json FILE")

@@ -10,7 +10,9 @@ seconds since the script started; a phase ends at the first line that carries it
 * ``workers``     - ``actor and ref model engine initialized`` (the FSDP2 training processes);
 * ``rollout``     - ``ready to fit`` (the vLLM servers: each a server actor, its EngineCore process, its workers);
 * ``validation``  - ``Initial validation metrics`` (the agent-loop and load-balancer actors, the first generation);
-* ``step_1``      - the console logger's ``step:1`` line (the end of the first training step).
+* ``step_1``      - the console logger's ``step:1`` line (the end of the first training step);
+* ``exit``        - the launch's exit, after its one step (the shut-down of Ray's actors and the driver), not a phase
+  of the start-up but paid by every launch.
 
 Per variant the median over rounds of each phase's duration and of the time to the first step (``validation``,
 i.e. the start of step 1). The variants are the recipe's CPU-mode settings before and after the start-up cuts of
@@ -77,7 +79,12 @@ VARIANTS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
     "before": ({"GEN_TP": "1"}, ("transfer_queue.backend.SimpleStorage.num_data_storage_units=8",)),
     # CPU mode's one storage actor; the recipe's own TP (DAPO's 2: one server over both processes)
     "after": ({}, ()),
+    # the toy recipe as it started before its assets were stamped: the stamp is removed before the launch, so the
+    # launch rebuilds the toy model and data in a subprocess (~7 s), as every launch used to
+    "assets_rebuilt": ({}, ()),
 }
+REBUILD_ASSETS = {"assets_rebuilt"}
+"""Variants launched without the toy task's stamp (``verl_ext.testbed.task.STAMP``)."""
 
 
 def timed_run(recipe: str, scale_dir: Path, env_extra: dict[str, str], args: tuple[str, ...], log: Path) -> dict[str, float]:
@@ -108,6 +115,7 @@ def timed_run(recipe: str, scale_dir: Path, env_extra: dict[str, str], args: tup
                     first[kind] = round(now, 2)
     if proc.wait() != 0:
         raise RuntimeError(f"{recipe} {env_extra} {args} failed: see {log}")
+    seen["exit"] = time.monotonic() - start
     seen["first_line"] = first  # type: ignore[assignment]
     return seen
 
@@ -142,6 +150,8 @@ def durations(seen: dict[str, float]) -> dict[str, float | None]:
         out[phase] = None if at is None else round(at - previous, 2)
         previous = at if at is not None else previous
     out["to_first_step"] = None if "validation" not in seen else round(seen["validation"], 2)
+    if "exit" in seen and "step_1" in seen:  # from the end of the (only) step to the launch's exit: Ray's shut-down
+        out["exit"] = round(seen["exit"] - seen["step_1"], 2)
     if "first_line" in seen:
         out["first_line"] = seen["first_line"]
     return out
@@ -151,13 +161,15 @@ def table(summary: dict[str, Any]) -> str:
     """The summary's medians (seconds) as a markdown table, one column per variant, and the ratio of the time to the
     first step when both variants ran: the table the script prints and docs/results.md quotes. A phase whose marker
     never appeared is ``-``; a missing key is a KeyError naming it."""
-    names = [name for name in summary if name != "after_over_before"]
+    names = [name for name in summary if not name.startswith("after_over_")]
     lines = ["| phase | " + " | ".join(names) + " |", "| --- |" + " ---: |" * len(names)]
-    for phase in [*(p for p, _ in PHASES), "to_first_step"]:
-        cells = ["-" if summary[name][phase] is None else f"{summary[name][phase]:.2f}" for name in names]
+    for phase in [*(p for p, _ in PHASES), "to_first_step", "exit"]:
+        if all(phase not in summary[name] for name in names):  # runs recorded before the exit was timed
+            continue
+        cells = ["-" if summary[name].get(phase) is None else f"{summary[name][phase]:.2f}" for name in names]
         lines.append(f"| {phase} | " + " | ".join(cells) + " |")
-    if "after_over_before" in summary:
-        lines.append(f"\nto the first step, after / before: {summary['after_over_before']:.3f}x")
+    for key in (key for key in summary if key.startswith("after_over_")):
+        lines.append(f"\nto the first step, after / {key.removeprefix('after_over_')}: {summary[key]:.3f}x")
     return "\n".join(lines)
 
 
@@ -198,6 +210,8 @@ def main(argv: list[str] | None = None) -> None:
     for r in range(opts.rounds):
         for name in names:
             env_extra, args = VARIANTS[name]
+            if name in REBUILD_ASSETS:
+                (work / "assets.json").unlink(missing_ok=True)
             seen = timed_run(opts.recipe, work, env_extra, args, work / f"{name}_{r}.log")
             runs[name].append(durations(seen))
             print(name, r, runs[name][-1], flush=True)
@@ -206,8 +220,9 @@ def main(argv: list[str] | None = None) -> None:
         summary[name] = {key: round(statistics.median(row[key] for row in rows), 2)
                          if all(row[key] is not None for row in rows) else None
                          for key in rows[0] if key != "first_line"}  # fmt: skip
-    if "before" in summary and "after" in summary:
-        summary["after_over_before"] = round(summary["after"]["to_first_step"] / summary["before"]["to_first_step"], 3)
+    for other in ("before", "assets_rebuilt"):
+        if other in summary and "after" in summary:
+            summary[f"after_over_{other}"] = round(summary["after"]["to_first_step"] / summary[other]["to_first_step"], 3)
     result = {"recipe": opts.recipe, "rounds": opts.rounds, "cpus": os.cpu_count(), "summary": summary, "runs": runs,
               "command": " ".join(["python", "benchmarks/startup_phases.py", *(argv if argv is not None else sys.argv[1:])])}  # fmt: skip
     print(table(summary))

