@@ -177,7 +177,8 @@ def test_wheel_ships_configs_and_entry_point(tmp_path):
 
 
 def test_ci_runs_exactly_the_readme_quick_start_commands():
-    """CI runs the README's set-up command, then its two test tiers (fast, then end-to-end), verbatim and in order."""
+    """CI runs the README's set-up command, then its two test tiers (fast, then end-to-end), verbatim and in order;
+    besides them only lines that print where and how long (``echo "ci: ..."``)."""
     import re
     from pathlib import Path
 
@@ -186,6 +187,9 @@ def test_ci_runs_exactly_the_readme_quick_start_commands():
     quick = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
     blocks = [b.strip() for b in re.findall(r"```bash\n(.*?)```", quick, flags=re.S)]
     ci_lines = [line for line in (root / ".ci" / "run").read_text().splitlines() if line and not line.startswith(("#", "set ", "cd "))]
+    reports = [line for line in ci_lines if line.startswith("echo ")]
+    assert reports and all(line.startswith('echo "ci: ') for line in reports), reports
+    ci_lines = [line for line in ci_lines if line not in reports]
     readme_lines = [blocks[0], *(line.split("#")[0].strip() for line in blocks[1].splitlines())]
     assert readme_lines == ci_lines, (readme_lines, ci_lines)  # the set-up-and-train block, then the test block
     assert ci_lines[1:] == ["python -m pytest -q", "python -m pytest -q -m e2e"]
