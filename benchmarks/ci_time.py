@@ -83,7 +83,8 @@ def slowest_table(rows: list[list[Any]], count: int = 30) -> str:
     lines += [f"| {sec:.1f} | {when} | `{test}` |" for sec, when, test in rows[:count]]
     files: dict[str, float] = {}
     for sec, _, test in rows[:count]:
-        files[test.split("::")[0]] = files.get(test.split("::")[0], 0.0) + sec
+        name = test.split("::")[0]
+        files[name] = files.get(name, 0.0) + sec
     lines += ["", "| test file | seconds among these |", "| --- | ---: |"]
     lines += [f"| `{name}` | {sec:.1f} |" for name, sec in sorted(files.items(), key=lambda kv: -kv[1])]
     return "\n".join(lines)
@@ -108,8 +109,6 @@ def table(runs: list[dict[str, Any]]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.ci_time", description=__doc__.split("\n\n")[0])
     parser.add_argument("--summarise", type=Path, help="print the table of a results file")
-    parser.add_argument("--latest-per-machine", action="store_true",
-                        help="with --summarise: only each machine's latest run (the file keeps them all)")
     parser.add_argument("--slowest", choices=("fast", "e2e"),
                         help="with --summarise: print the last run's slowest tests of that tier instead")
     parser.add_argument("--add", type=Path, help="a .ci/run log to add to --json")
@@ -128,9 +127,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{run['date']}, {run['commit']}, {run['machine']}:\n")
             print(slowest_table(run[f"{args.slowest}_slowest"]))
             return 0
-        if args.latest_per_machine:
-            latest = {run["machine"]: run for run in runs}
-            runs = [run for run in runs if latest[run["machine"]] is run]
         print(table(runs))
         return 0
     if not (args.add and args.json):

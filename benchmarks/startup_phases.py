@@ -37,6 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from verl_ext.testbed.task import STAMP
+
 REPO = Path(__file__).resolve().parents[1]
 
 PHASES = (
@@ -84,7 +86,7 @@ VARIANTS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
     "assets_rebuilt": ({}, ()),
 }
 REBUILD_ASSETS = {"assets_rebuilt"}
-"""Variants launched without the toy task's stamp (``verl_ext.testbed.task.STAMP``)."""
+"""Variants launched without the toy task's stamp (:data:`verl_ext.testbed.task.STAMP`)."""
 
 
 def timed_run(recipe: str, scale_dir: Path, env_extra: dict[str, str], args: tuple[str, ...], log: Path) -> dict[str, float]:
@@ -211,7 +213,7 @@ def main(argv: list[str] | None = None) -> None:
         for name in names:
             env_extra, args = VARIANTS[name]
             if name in REBUILD_ASSETS:
-                (work / "assets.json").unlink(missing_ok=True)
+                (work / STAMP).unlink(missing_ok=True)
             seen = timed_run(opts.recipe, work, env_extra, args, work / f"{name}_{r}.log")
             runs[name].append(durations(seen))
             print(name, r, runs[name][-1], flush=True)

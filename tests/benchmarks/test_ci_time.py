@@ -98,16 +98,3 @@ def test_the_installs_own_time_is_read_where_the_log_has_it():
     assert row.startswith("| d | c | m | 5:45 (3:23) | 7:22 ")
     assert "install_s" not in parse_log(LOG)
 
-
-def test_the_summary_can_keep_each_machines_latest_run(tmp_path, capsys):
-    import json
-
-    from benchmarks.ci_time import main
-
-    base = parse_log(LOG)
-    runs = [{"date": "d", "commit": c, "machine": m, "note": "", **base} for c, m in (("a", "x"), ("b", "y"), ("c", "x"))]
-    results = tmp_path / "runs.json"
-    results.write_text(json.dumps({"runs": runs}))
-    assert main(["--summarise", str(results), "--latest-per-machine"]) == 0
-    rows = capsys.readouterr().out.splitlines()[2:]
-    assert [row.split(" | ")[1] for row in rows] == ["b", "c"]
