@@ -84,6 +84,9 @@ VARIANTS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
     # the toy recipe as it started before its assets were stamped: the stamp is removed before the launch, so the
     # launch rebuilds the toy model and data in a subprocess (~7 s), as every launch used to
     "assets_rebuilt": ({}, ()),
+    # vLLM's engine as verl starts it: the "mp" executor's worker process beside the engine core at TP 1, where CPU
+    # mode now runs the model in the engine core ("uni", verl_ext/cpu/vllm_executor.py)
+    "engine_worker_process": ({}, ("actor_rollout_ref.rollout.engine_kwargs.vllm.distributed_executor_backend=mp",)),
 }
 REBUILD_ASSETS = {"assets_rebuilt"}
 """Variants launched without the toy task's stamp (:data:`verl_ext.testbed.task.STAMP`)."""
@@ -222,7 +225,7 @@ def main(argv: list[str] | None = None) -> None:
         summary[name] = {key: round(statistics.median(row[key] for row in rows), 2)
                          if all(row[key] is not None for row in rows) else None
                          for key in rows[0] if key != "first_line"}  # fmt: skip
-    for other in ("before", "assets_rebuilt"):
+    for other in (name for name in VARIANTS if name != "after"):
         if other in summary and "after" in summary:
             summary[f"after_over_{other}"] = round(summary["after"]["to_first_step"] / summary[other]["to_first_step"], 3)
     result = {"recipe": opts.recipe, "rounds": opts.rounds, "cpus": os.cpu_count(), "summary": summary, "runs": runs,

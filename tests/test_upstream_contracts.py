@@ -276,6 +276,23 @@ PATCHES: list[Patch] = [
     Patch("vllm_plugins", "vllm.plugins:load_general_plugins", "registers", "cpu.vllm_plugin",
           "entry points of group `vllm.general_plugins` load in vLLM's engine processes", CPU, params=(),
           source=('DEFAULT_PLUGINS_GROUP = "vllm.general_plugins"',), source_in="vllm.plugins:", static=True),
+    Patch("vllm_executor_kwarg", f"{VLLM_SERVER}:vLLMHttpServer.launch_server", "reads", "cpu.vllm_executor",
+          "verl passes the executor `mp`, then the rollout's `engine_kwargs.vllm` over it: CPU mode's choice reaches "
+          "vLLM", CPU, params=("self", "master_address", "master_port", "dp_rpc_port"),
+          source=('"distributed_executor_backend": "mp",', "**engine_kwargs,"), source_in=f"{VLLM_SERVER}:",
+          static=True),
+    Patch("vllm_cpu_uni_executor", "vllm.platforms.cpu:CpuPlatform.check_and_update_config", "reads",
+          "cpu.vllm_executor", "the CPU platform turns the executor `uni` into `mp` unless "
+          "`VLLM_ENABLE_V1_MULTIPROCESSING=0`, which CPU mode forwards", CPU, params=("cls", "vllm_config"),
+          source=('os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "1"',
+                  'and parallel_config.distributed_executor_backend == "uni"',
+                  'parallel_config.distributed_executor_backend = "mp"'), static=True),
+    Patch("vllm_omp_nobind", "vllm.utils.ompmultiprocessing:OMPProcessManager.configure_omp_envs", "reads",
+          "cpu.vllm_executor", "with `VLLM_CPU_OMP_THREADS_BIND=nobind` the `mp` executor sets no OpenMP variable "
+          "for its worker process: `uni` runs the model the same way in the engine core", CPU,
+          params=("self", "rank", "local_rank"),
+          source=("if not current_platform.is_cpu() or self.skip_setup:", 'self.skip_setup = vllm_mask == "nobind"'),
+          source_in="vllm.utils.ompmultiprocessing:", static=True),
     Patch("cpu_offload_policy", f"{FSDP_ENGINE}:CPUOffloadPolicy", "replaces", "cpu.workarounds",
           "the reference model's offload pins memory, which needs an accelerator", CPU,
           source=("offload_policy = CPUOffloadPolicy(pin_memory=True)",), source_in=f"{FSDP_ENGINE}:",

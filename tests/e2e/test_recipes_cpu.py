@@ -20,6 +20,7 @@ import csv
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from functools import cache
@@ -211,6 +212,11 @@ def test_recipe_trains_at_cpu_scale_with_its_structure(runs, name):
             assert f"val-core/{source}/acc/mean@{n}" in run.steps[step], sorted(run.steps[step])
     if name not in VALIDATED:  # the switches took: no validation metric at any step
         assert not [k for data in run.steps.values() for k in data if k.startswith("val-")]
+    # vLLM's executor (verl_ext/cpu/vllm_executor.py): at TP 1 (GSM8K) the model runs in the engine-core process, no
+    # worker process beside it; at DAPO's TP 2, vLLM's "mp" executor's worker processes
+    workers = re.findall(r"\((Worker(?:_TP\d+)?) pid=", run.output)
+    assert "(EngineCore pid=" in run.output
+    assert bool(workers) == (family == "dapo"), sorted(set(workers))
     scores = run.values("critic/score/max") + run.values("critic/score/min")
     if family == "gsm8k":  # verl's gsm8k scorer: 1 right, 0 wrong
         assert max(scores) == 1.0 and min(scores) == 0.0, scores

@@ -3,7 +3,8 @@
 None reads the environment: a recipe's YAML holds values, and ``recipe/launch.sh`` turns the cluster's variables into
 overrides (:mod:`verl_ext.checks.launch_env`). Each returns a scalar, so ``--cfg job --resolve`` prints every recipe.
 Token budgets are written once, as ``${verl_ext.seq_tokens:K}`` (K full sequences of the config's prompt and response
-lengths). ``verl_ext.cpu_dtype`` spells CPU mode's precision for a dtype key (:mod:`verl_ext.cpu.precision`).
+lengths). ``verl_ext.cpu_dtype`` spells CPU mode's precision for a dtype key (:mod:`verl_ext.cpu.precision`),
+``verl_ext.cpu_vllm_executor`` chooses vLLM's executor in CPU mode (:mod:`verl_ext.cpu.vllm_executor`).
 :func:`register` is idempotent; importing the config package ``verl_ext.configs`` calls it.
 """
 
@@ -43,6 +44,13 @@ def cpu_dtype(form: str, requested: str) -> str:
     return precision.dtype(form, requested)
 
 
+def cpu_vllm_executor(tp: Any, bind: Any) -> str:
+    """vLLM's executor in CPU mode for the rollout's TP size and OpenMP binding (:mod:`verl_ext.cpu.vllm_executor`)."""
+    from verl_ext.cpu import vllm_executor
+
+    return vllm_executor.backend(tp, bind)
+
+
 RESOLVERS = {
     "verl_ext.seq_tokens": seq_tokens,
     "verl_ext.per_rank": per_rank,
@@ -50,6 +58,7 @@ RESOLVERS = {
     "verl_ext.beside_ckpt": beside_ckpt,
     "verl_ext.sampled_n": sampled_n,
     "verl_ext.cpu_dtype": cpu_dtype,
+    "verl_ext.cpu_vllm_executor": cpu_vllm_executor,
     "verl_ext.resume_mode": lambda ckpt: "resume_path" if ckpt else "disable",
     "verl_ext.half": lambda a: int(a) // 2,
 }

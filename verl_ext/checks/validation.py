@@ -251,6 +251,7 @@ def check_platform(config: DictConfig) -> str:
     ``configs/platform/cpu.yaml`` sets unless the command line changed them); returns a description."""
     from verl_ext.cpu import mode as cpu_mode
     from verl_ext.cpu import precision as cpu_precision
+    from verl_ext.cpu import vllm_executor
 
     if not cpu_mode.requested():
         return "accelerator (verl's platform detection)"
@@ -270,6 +271,11 @@ def check_platform(config: DictConfig) -> str:
         raise ConfigError(key, f"{value!r} is bf16, which this CPU has no instructions for (none of "
                           f"{', '.join(cpu_precision.BF16_FLAGS)} in /proc/cpuinfo; torch would emulate it, slower "
                           "than fp32); allowed: fp32 / float32")  # fmt: skip
+    env = _select(config, vllm_executor.ENV_KEY) or {}
+    misfit = vllm_executor.misfit(_select(config, vllm_executor.BACKEND_KEY), _select(config, vllm_executor.TP_KEY),
+                                  env.get(vllm_executor.BIND_VAR, "auto"), env.get(vllm_executor.MULTIPROCESSING_VAR))
+    if misfit:
+        raise ConfigError(*misfit)
     if needs_critic(config):
         raise ConfigError("algorithm.adv_estimator", f"{_select(config, 'algorithm.adv_estimator')!r} needs a "
                           "critic, which CPU mode has never run: configs/platform/cpu.yaml sets no CPU engine for "

@@ -10,6 +10,7 @@ here is loaded into users' processes (driver, TaskRunner, Ray workers, vLLM engi
 | ``workarounds`` | the upstream spots (verl, vLLM) that need help on CPU, each naming its file:line |
 | ``vllm_plugin`` | ``vllm.general_plugins`` entry point: CPU mode inside vLLM's engine processes |
 | ``plugin`` | ``verl.plugins`` entry point ``verl_ext_cpu``: CPU mode in every process that imports verl |
+| ``vllm_executor`` | vLLM's executor: the model inside the engine-core process at TP 1 (``uni``), ``mp`` otherwise |
 | ``machine`` | what machine a measurement came from |
 | ``openmp`` | Intel's OpenMP runtime preloaded into CPU mode's Ray workers (``VERL_EXT_CPU_IOMP``) |
 | ``precision`` | fp32 (default) or bf16 compute (``verl_ext.cpu_precision``), and fp32 log-probs from bf16 logits (workaround 8) |
