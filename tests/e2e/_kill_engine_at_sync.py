@@ -3,11 +3,14 @@
 
 verl imports this module in each of its processes (``VERL_USE_EXTERNAL_MODULES``), before CPU mode can import vLLM;
 so it waits for verl's worker extension (``verl.workers.rollout.vllm_rollout.utils``) to load, and wraps its
-``update_weights_from_ipc`` (run by vLLM's worker, a child of the engine process): the N-th call SIGKILLs the worker's
-parent, the engine, and writes a line to ``VERL_EXT_TEST_KILL_LOG``. verl's server actor lives on; the trainer's weight
-sync then waits on the dead engine. Not part of verl_ext: a test's tool."""
+``update_weights_from_ipc`` (run by vLLM's worker): the N-th call SIGKILLs the engine process and writes a line to
+``VERL_EXT_TEST_KILL_LOG``. The engine is the worker's own process where vLLM runs the model in it (executor ``uni``,
+CPU mode's TP 1: the process multiprocessing names ``EngineCore``), else the worker's parent (executor ``mp``: the
+worker is ``VllmWorker-<rank>``). verl's server actor lives on; the trainer's weight sync then waits on the dead
+engine. Not part of verl_ext: a test's tool."""
 import importlib.abc
 import importlib.util
+import multiprocessing
 import os
 import signal
 import sys
@@ -26,9 +29,13 @@ def _patch(module):
             def wrapped(self, *args, _original=original, **kwargs):
                 count["n"] += 1
                 if count["n"] == KILL_AT:
+                    process = multiprocessing.current_process().name
+                    in_engine = process.startswith("EngineCore")  # executor uni: the worker runs in the engine
+                    engine = os.getpid() if in_engine else os.getppid()
                     with open(LOG, "a") as f:
-                        f.write(f"sync {count['n']}: pid {os.getpid()} kills its parent {os.getppid()}\n")
-                    os.kill(os.getppid(), signal.SIGKILL)
+                        f.write(f"sync {count['n']}: pid {os.getpid()} ({process}) kills "
+                                f"{'its own process' if in_engine else 'its parent'}, the engine {engine}\n")
+                    os.kill(engine, signal.SIGKILL)
                 return _original(self, *args, **kwargs)
 
             cls.update_weights_from_ipc = wrapped
