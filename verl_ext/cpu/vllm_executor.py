@@ -4,8 +4,8 @@ verl's vLLM server starts vLLM's async engine, which always puts the engine core
 ``mp`` executor (verl's choice) then starts one more process per tensor-parallel rank, which imports torch and vLLM
 again (~10 s on 2 cores) before it loads the model. At TP 1 with ``VLLM_CPU_OMP_THREADS_BIND=nobind`` (CPU mode's
 default) the ``mp`` executor sets no OpenMP variable for that process (``OMPProcessManager.configure_omp_envs`` skips
-its set-up), so the uniprocess executor ``uni`` does the same work in the engine core without it. Two upstream spots,
-each a row of docs/ARCHITECTURE.md:
+its set-up: the third row of docs/ARCHITECTURE.md this module relies on), so the uniprocess executor ``uni`` does the
+same work in the engine core without it. The other two:
 
 * vLLM's CPU platform turns ``uni`` back into ``mp`` unless ``VLLM_ENABLE_V1_MULTIPROCESSING=0``
   (``CpuPlatform.check_and_update_config``): ``configs/platform/cpu.yaml`` forwards ``"0"`` to every Ray worker. The
