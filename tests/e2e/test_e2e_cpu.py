@@ -1,8 +1,9 @@
 """End to end in CPU mode: ``recipe/cpu_tiny.sh`` -> ``python -m verl_ext.main_ppo`` -> verl's real trainer (Ray on
 127.0.0.1, FSDP2 actor and reference on gloo, vLLM's CPU engine as rollout server, verl's reward loop, old-log-prob
 pass, update, weight sync), for what the GPU recipes (tests/e2e/test_recipes_cpu.py) do not run: ``python -m
-verl_ext.demo`` (its run is the entropy control with the token lens), DAPO that cannot fill a batch, a run killed
-with SIGKILL then resumed (both trainers), and the selection with one or two ranks.
+verl_ext.demo`` (its run is the entropy control with the token lens), DAPO that cannot fill a batch, verl's legacy
+trainer resumed from a checkpoint and on two ranks, and the Quick start's run on verl's V1 trainer with its rollout
+engine killed, then resumed by the same command.
 
 Each run is checked from verl's file-logger JSONL and its checkpoints. The tests that share a launch form one
 ``xdist_group`` (the e2e tier spreads groups over its workers: tests/conftest.py). Settings make every method act: two
@@ -125,19 +126,20 @@ def recipe_env(root: Path, name: str, loss: str, shared_ray: bool = False, **ext
     return env
 
 
-def recipe_command(*overrides: str, sizes: dict[str, object] | None = None) -> list[str]:
-    """``bash recipe/cpu_tiny.sh`` with :data:`SIZES` (``sizes`` replacing some), no validation before training, and
-    ``overrides``."""
+def recipe_command(*overrides: str, sizes: dict[str, object] | None = None, validate: bool = False) -> list[str]:
+    """``bash recipe/cpu_tiny.sh`` with :data:`SIZES` (``sizes`` replacing some), validation before training only
+    with ``validate`` (the recipe validates after its last step either way), and ``overrides``."""
     given = {**SIZES, **(sizes or {})}
-    return ["bash", str(RECIPE), *(f"{key}={value}" for key, value in given.items()), "trainer.val_before_train=False",
-            *overrides]  # fmt: skip
+    return ["bash", str(RECIPE), *(f"{key}={value}" for key, value in given.items()),
+            f"trainer.val_before_train={validate}", *overrides]  # fmt: skip
 
 
 def train(root: Path, name: str, loss: str, *overrides: str, sizes: dict[str, object] | None = None,
-          shared_ray: bool = False, **env: str) -> Run:
+          validate: bool = False, shared_ray: bool = False, **env: str) -> Run:
     """``bash recipe/cpu_tiny.sh SIZES OVERRIDES`` (2 steps); fails the test with the run's output if it fails.
-    ``shared_ray``: as :func:`recipe_env`."""
-    proc = subprocess.run(recipe_command(*overrides, sizes=sizes), env=recipe_env(root, name, loss, shared_ray, **env),
+    ``validate`` and ``shared_ray``: as :func:`recipe_command` and :func:`recipe_env`."""
+    proc = subprocess.run(recipe_command(*overrides, sizes=sizes, validate=validate),
+                          env=recipe_env(root, name, loss, shared_ray, **env),
                           capture_output=True, text=True, timeout=900, cwd=root)  # fmt: skip
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"{name}: exit {proc.returncode}\n{output[-8000:]}"
@@ -275,10 +277,11 @@ def test_pi_sets_the_ratio_and_the_lens_writes_the_selection(runs):
 
 
 # ----------------------------------------------------------------------------------------------------------
-# checkpoint and resume
+# verl's legacy trainer: a resume that repeats the uninterrupted step, and the selection whatever the layout
 # ----------------------------------------------------------------------------------------------------------
 
-RESUME_OVERRIDES = (
+LEGACY_OVERRIDES = (
+    "trainer.use_v1=False",
     # greedy rollouts (top-1 sampling) and one response per prompt: the batch of step 2 depends only on the
     # weights after step 1 and the data order, both restored from the checkpoint
     "actor_rollout_ref.rollout.top_k=1",
@@ -287,14 +290,12 @@ RESUME_OVERRIDES = (
     "actor_rollout_ref.actor.policy_loss.clip_cov_ub=100",
     *PI_ON_RATIO,
     "verl_ext.token_lens.enable=true",
-    # what the recipes set: resume from the latest checkpoint, keep a bounded number of them (here 1)
     "trainer.save_freq=1",
-    "trainer.resume_mode=auto",
-    "trainer.max_actor_ckpt_to_keep=1",
 )
+"""Clip-Cov with the PI law on its ratio and the token lens, on verl's legacy trainer (its batch order is
+deterministic), a checkpoint every step."""
 
-
-RESUME_SIZES: dict[str, object] = {
+LEGACY_SIZES: dict[str, object] = {
     "actor_rollout_ref.rollout.n": 1, "actor_rollout_ref.actor.optim.lr": 1e-4, "data.train_batch_size": 8,
     "actor_rollout_ref.actor.policy_loss.clip_cov_ratio": 0.2, "actor_rollout_ref.actor.policy_loss.kl_cov_ratio": 0.2,
 }  # fmt: skip
@@ -302,105 +303,54 @@ RESUME_SIZES: dict[str, object] = {
 (it lowers the ratio at step 1: entropy is above its target): several selected tokens for the layout test."""
 
 
-def resume_overrides(assets: Path, use_v1: bool) -> tuple[str, ...]:
-    return (*RESUME_OVERRIDES, f"trainer.use_v1={use_v1}",
-            f"reward.custom_reward_function.path={assets / 'varied_reward.py'}")  # fmt: skip
+def legacy_overrides(assets: Path) -> tuple[str, ...]:
+    return (*LEGACY_OVERRIDES, f"reward.custom_reward_function.path={assets / 'varied_reward.py'}")
 
 
 @cache
 def whole_legacy(assets: Path) -> Run:
-    """The uninterrupted legacy run (2 steps, 1 training process, fixed micro-batches): the reference of the SIGKILL
-    test's resumed step 2 and of the layout test's step 1 (one launch for both)."""
-    return train(assets, "whole_legacy", "clip_cov", *resume_overrides(assets, False), sizes=RESUME_SIZES,
-                 shared_ray=True)
+    """The uninterrupted legacy run (2 steps, 1 training process, fixed micro-batches, a checkpoint after each step):
+    the checkpoint the resumed run starts from, the reference of its step 2 and of the two-rank run's step 1."""
+    return train(assets, "whole_legacy", "clip_cov", *legacy_overrides(assets), sizes=LEGACY_SIZES, shared_ray=True)
 
 
-def kill_after_checkpoint(root: Path, name: str, overrides: tuple[str, ...], sizes: dict[str, object]) -> Run:
-    """Start the recipe in a process group of its own, SIGKILL the whole group as soon as step 1 is over (its
-    checkpoint complete - verl writes the tracker file last - and its metrics logged), and return what is left."""
-    tracker = root / "ckpts" / name / "latest_checkpointed_iteration.txt"
-    log = root / f"{name}.jsonl"
-
-    def step_one_done() -> bool:
-        return tracker.exists() and tracker.read_text().strip() == "1" and log.exists() and b'"step":1' in log.read_bytes()
-
-    proc = subprocess.Popen(recipe_command(*overrides, sizes=sizes), env=recipe_env(root, name, "clip_cov"),
-                            stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, cwd=root, start_new_session=True)  # fmt: skip
-    deadline = time.monotonic() + 600
-    try:
-        while not step_one_done():
-            assert proc.poll() is None, f"{name}: exited ({proc.returncode}) before its step-1 checkpoint"
-            assert time.monotonic() < deadline, f"{name}: no step-1 checkpoint within 600 s"
-            time.sleep(0.05)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output = proc.communicate()[0]
-    return Run(name, root, output)
-
-
-@pytest.mark.parametrize("use_v1", [pytest.param(False, marks=pytest.mark.xdist_group("whole_legacy")),
-                                    pytest.param(True, marks=pytest.mark.xdist_group("killed_v1"))],
-                         ids=["legacy", "v1"])  # fmt: skip
-def test_sigkill_after_a_checkpoint_then_the_same_command_resumes_losing_nothing(assets, use_v1):
-    """A run killed with SIGKILL (its whole process group) right after its step-1 checkpoint, then the same command
-    again (``resume_mode=auto``): training resumes at step 2, verl's JSONL keeps step 1 and continues, and the
-    entropy controller continues from its saved state (its integral carries step 1's error).
-    ``max_actor_ckpt_to_keep=1`` holds for verl_ext's state files as for verl's actor checkpoints.
-
-    Legacy trainer: step 2 is the uninterrupted run's step 2, selection and lens tokens included (greedy rollouts,
-    the data order and the weights restored, the selection's draws depend only on the batch, the step and the
-    seed). verl's V1 trainer orders a batch's rows as its rollouts finish, so its mini-batches (and so its updates)
-    differ from run to run even without a restart; there the resumed step is checked against the controller's law.
-    """
-    trainer = "v1" if use_v1 else "legacy"
-    overrides = resume_overrides(assets, use_v1)
-    killed = kill_after_checkpoint(assets, f"killed_{trainer}", overrides, RESUME_SIZES)
-    assert sorted(killed.steps) == [1], f"killed too late (steps {sorted(killed.steps)}): the test proves nothing"
-    resumed = train(assets, f"killed_{trainer}", "clip_cov", *overrides, sizes=RESUME_SIZES)
-    assert sorted(resumed.steps) == [1, 2], "the resumed run must continue the killed run's log"
-    assert resumed.steps[1] == killed.steps[1]
-    # the integral carries step 1's error: a resumed run that lost the state would have integral == error here
-    integral, error = resumed.metric(2, "entropy_control/integral"), resumed.metric(2, "entropy_control/error")
-    assert resumed.metric(2, "entropy_control/saturated") == 0.0
-    assert integral == pytest.approx(killed.metric(1, "entropy_control/integral") + error, rel=1e-9)
-    assert integral != pytest.approx(error)
-    folder = resumed.ckpts / "global_step_2"
-    assert (folder / "actor").is_dir() and (folder / STATE).is_file()
-    # verl no longer knows step 1's checkpoint after a restart and keeps it; verl_ext's state follows verl's
-    assert (resumed.ckpts / "global_step_1" / STATE).is_file() == (resumed.ckpts / "global_step_1" / "actor").is_dir()
-    if use_v1:
-        return
-
+@pytest.mark.xdist_group("legacy")
+def test_a_run_resumed_from_a_checkpoint_repeats_the_uninterrupted_step_token_for_token(assets):
+    """The uninterrupted run's step-1 checkpoint, loaded by a second run (``trainer.resume_mode=resume_path``): its
+    step 2 is the uninterrupted run's step 2 - the same responses, scores, selection (the lens's tokens, token for
+    token), entropy, loss and controller state (the PI law's integral carries step 1's error: a resumed run that
+    lost the state would differ) - and it saves verl_ext's state beside verl's checkpoint. verl's legacy trainer
+    orders a batch's rows deterministically and the rollouts are greedy, so nothing else may differ."""
     whole = whole_legacy(assets)
+    resumed = train(assets, "resumed_legacy", "clip_cov", *legacy_overrides(assets), "trainer.resume_mode=resume_path",
+                    f"trainer.resume_from_path={whole.ckpts / 'global_step_1'}", sizes=LEGACY_SIZES, shared_ray=True)
+    assert sorted(resumed.steps) == [2], "the resumed run must start at step 2"
     assert whole.metric(2, "critic/advantages/max") > whole.metric(2, "critic/advantages/min"), "advantages all equal"
     selection = [k for k in whole.steps[2] if k.startswith("actor/clip_cov/")]
     assert {"actor/clip_cov/batch_selected_frac", "actor/clip_cov/batch_cov_selected_mean"} <= set(selection)
     assert whole.metric(2, "actor/clip_cov/batch_cov_selected_mean") != 0.0
     control = [k for k in whole.steps[2] if k.startswith("entropy_control/")]
+    assert whole.metric(2, "entropy_control/integral") != pytest.approx(whole.metric(2, "entropy_control/error"))
     for key in [*selection, *control, "critic/score/mean", "actor/entropy", "actor/pg_loss", "response_length/mean"]:
         assert resumed.metric(2, key) == whole.metric(2, key), key
     assert lens_rows(resumed)[2] == lens_rows(whole)[2]  # the same tokens, token for token
-    # max_actor_ckpt_to_keep=1 in the uninterrupted run: verl deleted step 1's actor checkpoint, verl_ext its state
-    assert not (whole.ckpts / "global_step_1" / "actor").exists()
-    assert not (whole.ckpts / "global_step_1" / STATE).exists()
-    assert (whole.ckpts / "global_step_2" / STATE).is_file()
+    for run in (whole, resumed):
+        assert (run.ckpts / "global_step_2" / "actor").is_dir() and (run.ckpts / "global_step_2" / STATE).is_file()
 
 
-# ----------------------------------------------------------------------------------------------------------
-# the same selection whatever the parallel layout
-# ----------------------------------------------------------------------------------------------------------
-
-@pytest.mark.xdist_group("whole_legacy")
+@pytest.mark.xdist_group("legacy")
 def test_selection_is_the_same_with_one_or_two_ranks_and_fixed_or_dynamic_micro_batches(assets):
-    """The same recipe and seed on 1 training process with fixed micro-batches (the SIGKILL test's uninterrupted legacy
-    run) and on 2 with verl's dynamic batch size (legacy trainer: its batch order is deterministic; greedy rollouts:
-    the same responses): step 1 selects the identical tokens and logs the same selection metrics. The old-log-prob
-    pass's rounding differs between these layouts; the selection does not depend on it. (One run that differs from
-    the reference in both ways, ranks and micro-batching, can expose a selection depending on either.)"""
+    """The same recipe and seed on 1 training process with fixed micro-batches (the uninterrupted legacy run) and on
+    2 with verl's dynamic batch size (legacy trainer: its batch order is deterministic; greedy rollouts: the same
+    responses): step 1 selects the identical tokens and logs the same selection metrics. The old-log-prob pass's
+    rounding differs between these layouts; the selection does not depend on it. (One run that differs from the
+    reference in both ways, ranks and micro-batching, can expose a selection depending on either.) This run also
+    validates before training and at its end, as the recipes do: verl's legacy validation through verl_ext's
+    trainer."""
     reference = whole_legacy(assets)
-    run = train(assets, "layout_two_ranks_dynamic", "clip_cov", *resume_overrides(assets, False), *DYNAMIC_BSZ,
-                sizes={**RESUME_SIZES, "trainer.total_training_steps": 1}, shared_ray=True, GPUS_PER_NODE="2")  # fmt: skip
+    run = train(assets, "layout_two_ranks_dynamic", "clip_cov", *legacy_overrides(assets), *DYNAMIC_BSZ,
+                sizes={**LEGACY_SIZES, "trainer.total_training_steps": 1}, validate=True, shared_ray=True,
+                GPUS_PER_NODE="2")  # fmt: skip
 
     def chosen(run: Run) -> list[tuple]:
         # by content, not row index: verl balances the rows over the ranks (trainer.balance_batch), so a sample's
@@ -412,6 +362,8 @@ def test_selection_is_the_same_with_one_or_two_ranks_and_fixed_or_dynamic_micro_
     assert run.metric(1, "actor/clip_cov/batch_selected_frac") == reference.metric(1, "actor/clip_cov/batch_selected_frac")
     assert run.metric(1, "actor/clip_cov/batch_cov_selected_mean") == pytest.approx(
         reference.metric(1, "actor/clip_cov/batch_cov_selected_mean"), rel=1e-5, abs=1e-7)
+    for step in (0, 1):  # validated before training and after the last step
+        assert [k for k in run.steps[step] if k.startswith("val-core/")], sorted(run.steps[step])
 
 
 @pytest.mark.xdist_group("demo")
@@ -433,24 +385,34 @@ def test_demo_reports_its_run_and_the_replacement_is_announced_once(runs, assets
 
 
 # ----------------------------------------------------------------------------------------------------------
-# a rollout engine that dies during the weight sync
+# verl's V1 trainer: a rollout engine that dies during the weight sync, and the same command resuming the run
 # ----------------------------------------------------------------------------------------------------------
 
-@pytest.mark.xdist_group("engine_killed")
-def test_an_engine_killed_during_the_weight_sync_stops_the_run_naming_it(assets):
-    """vLLM's engine process killed during the third weight sync (after step 2's checkpoint; verl's server actor
-    lives on, and verl's trainer would wait in update_weights for ever): the entry point's watchdog finds the engine
-    dead through its /health and stops the run within about a minute - exit 1, a line naming the server, the last
-    completed step and the checkpoint - and the checkpoint of step 2 is whole (verl recorded it; its actor shards and
-    verl_ext's state are there). The run is the Quick start's (``bash recipe/cpu_tiny.sh``: ``grpo_erc`` on the toy
-    model, at :data:`SIZES`), and its method acted: ERC masked tokens (a kept fraction below 1) in a logged step."""
+CLIP_HIGH_RELATIVE = ("verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.controller=pi",
+                      "verl_ext.entropy_control.kp=1.0", "verl_ext.entropy_control.ki=0.25",
+                      "verl_ext.entropy_control.actuator=clip_high", "verl_ext.entropy_control.target_unit=initial",
+                      "verl_ext.entropy_control.target=3.0", "verl_ext.entropy_control.initial_steps=1")  # fmt: skip
+"""PI (the controller that drives the clip bound; ``auto`` refuses it) on the upper clip bound with the gains the
+docs give for the real model, its target three times the entropy of step 1 (far above what the tiny policy keeps, so
+that it widens the bound); the anchor is step 1 alone (``initial_steps=1``)."""
+
+KILLED_OVERRIDES = ("trainer.save_freq=1", "trainer.total_training_steps=4", "trainer.resume_mode=auto",
+                    "trainer.max_actor_ckpt_to_keep=1", *CLIP_HIGH_RELATIVE)  # fmt: skip
+"""The Quick start's run (``grpo_erc`` on the toy) with a checkpoint every step, one kept, resumed from the latest
+(what the recipes set), and the PI law on the clip bound."""
+
+
+@cache
+def killed_and_resumed(assets: Path) -> tuple[Run, Run, float]:
+    """The Quick start's command with vLLM's engine killed during the third weight sync (after step 2's checkpoint),
+    then the same command again: (the killed run, the resumed run, seconds from the kill to the killed run's exit)."""
     name, kill_log = "engine_killed", assets / "engine_killed.kills"
     env = "ray_kwargs.ray_init.runtime_env.env_vars"
     injection = (f"+{env}.PYTHONPATH={Path(__file__).parent}", f"+{env}.VERL_USE_EXTERNAL_MODULES=_kill_engine_at_sync",
                  f"+{env}.VERL_EXT_TEST_KILL_AT_SYNC='3'", f"+{env}.VERL_EXT_TEST_KILL_LOG={kill_log}")  # fmt: skip
-    proc = subprocess.Popen(recipe_command("trainer.save_freq=1", "trainer.total_training_steps=4", *injection),
-                            env=recipe_env(assets, name, "grpo_erc"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, cwd=assets, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(recipe_command(*KILLED_OVERRIDES, *injection), env=recipe_env(assets, name, "grpo_erc"),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=assets,
+                            start_new_session=True)  # fmt: skip
     try:
         deadline = time.monotonic() + 600
         while not kill_log.exists():
@@ -471,14 +433,62 @@ def test_an_engine_killed_during_the_weight_sync_stops_the_run_naming_it(assets)
     # killed; there is no worker process (tests/e2e/_kill_engine_at_sync.py)
     assert "(EngineCore) kills its own process, the engine" in kill_log.read_text(), kill_log.read_text()
     assert proc.returncode == 1, output[-3000:]
-    line = next(x for x in output.splitlines() if x.startswith("verl_ext: stopped: "))
+    killed = Run(name, assets, output)
+    resumed = train(assets, name, "grpo_erc", *KILLED_OVERRIDES)  # the same command, without the test's injection
+    return killed, resumed, stopped_after
+
+
+@pytest.mark.xdist_group("engine_killed")
+def test_an_engine_killed_during_the_weight_sync_stops_the_run_naming_it(assets):
+    """vLLM's engine process killed during the third weight sync (after step 2's checkpoint; verl's server actor
+    lives on, and verl's trainer would wait in update_weights for ever): the entry point's watchdog finds the engine
+    dead through its /health and stops the run within about a minute - exit 1, a line naming the server, the last
+    completed step and the checkpoint - and the checkpoint of step 2 is whole (verl recorded it; its actor shards and
+    verl_ext's state are there). The run is the Quick start's (``bash recipe/cpu_tiny.sh``: ``grpo_erc`` on the toy
+    model, at :data:`SIZES`), and its method acted: ERC masked tokens (a kept fraction below 1) in a step of the run
+    that resumed it (the stopped run's one logged step trained at lr 0)."""
+    killed, resumed, stopped_after = killed_and_resumed(assets)
+    line = next(x for x in killed.output.splitlines() if x.startswith("verl_ext: stopped: "))
     assert "Ray actor vLLMHttpServer 'vllm_server_" in line and "died: ENGINE_DEAD" in line, line
     assert "last completed step 2, latest checkpoint global_step_2" in line, line
     assert stopped_after < 120, f"stopped {stopped_after:.0f} s after the kill"
-    ckpts = assets / "ckpts" / name
-    assert (ckpts / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
-    assert any((ckpts / "global_step_2" / "actor").glob("model_world_size_*_rank_0.pt"))
-    quick_start = Run(name, assets, output)
-    assert 1 in quick_start.steps, f"steps logged: {sorted(quick_start.steps)}"
-    kept = {step: quick_start.metric(step, "actor/erc/kept_frac") for step in sorted(quick_start.steps)}
+    # verl's V1 trainer logs a step's metrics after the next weight sync: the sync that died took step 2's row
+    assert sorted(killed.steps) == [1], sorted(killed.steps)
+    ckpt = killed.ckpts / "global_step_2"
+    assert any((ckpt / "actor").glob("model_world_size_*_rank_0.pt")) and (ckpt / STATE).is_file()
+    kept = {step: resumed.metric(step, "actor/erc/kept_frac") for step in sorted(resumed.steps)}
     assert min(kept.values()) < 1.0, f"ERC masked no token: kept fraction per step {kept}"
+
+
+@pytest.mark.xdist_group("engine_killed")
+def test_the_same_command_resumes_the_stopped_run_with_the_controllers_state(assets):
+    """The same command again (``resume_mode=auto``): training resumes at step 3 from step 2's checkpoint, verl's
+    JSONL keeps the stopped run's rows and continues, and the entropy controller continues from its saved state: the
+    anchor of its relative target is step 1's entropy (a lost state would measure a new one at step 3) and its
+    integral carries step 2's (as step 2's checkpoint holds it: that step's row died with the sync). ``max_actor_ckpt_to_keep=1`` holds for verl_ext's state files as for verl's actor checkpoints. Every
+    step's clip bound is the one the policy loss received (a float32 batch field), widened toward the target."""
+    killed, resumed, _ = killed_and_resumed(assets)
+    assert sorted(resumed.steps) == [1, 3, 4], "the resumed run must continue the stopped run's log"
+    assert resumed.steps[1] == killed.steps[1]
+    saved = json.loads((resumed.ckpts / "global_step_2" / STATE).read_text())["entropy_control"]
+    anchor = resumed.metric(1, "entropy_control/anchor")
+    assert anchor == pytest.approx(resumed.metric(1, "entropy_control/entropy"), rel=1e-9)
+    assert saved["anchor"] == pytest.approx(anchor, rel=1e-12)
+    for step in (1, 3, 4):
+        assert resumed.metric(step, "entropy_control/anchor") == pytest.approx(anchor, rel=1e-12), step
+        assert resumed.metric(step, "entropy_control/target") == pytest.approx(3.0 * anchor, rel=1e-9), step
+        sent = resumed.metric(step, "entropy_control/clip_high")
+        assert resumed.metric(step, "actor/entropy_control/clip_ratio_high") == pytest.approx(sent, rel=1e-6), step
+        assert 0.2 <= sent <= 1.0
+    assert resumed.metric(3, "entropy_control/clip_high") > resumed.metric(1, "entropy_control/clip_high")
+    before = saved["state"]["integral"]  # step 2's, as its checkpoint holds it
+    assert saved["state"]["step"] == 2 and before != 0.0
+    carried = 0.0 if resumed.metric(3, "entropy_control/saturated") else resumed.metric(3, "entropy_control/error")
+    assert resumed.metric(3, "entropy_control/integral") == pytest.approx(before + carried, rel=1e-9)
+    # keep 1: the stopped run deleted step 1's checkpoint when it saved step 2, and the resumed run step 3's when it
+    # saved step 4; verl no longer knows step 2's after the restart and keeps it. verl_ext's state follows verl's.
+    ckpts = resumed.ckpts
+    assert (ckpts / "latest_checkpointed_iteration.txt").read_text().strip() == "4"
+    for step, kept in ((1, False), (2, True), (3, False), (4, True)):
+        folder = ckpts / f"global_step_{step}"
+        assert (folder / "actor").is_dir() == kept and (folder / STATE).is_file() == kept, step

@@ -18,10 +18,8 @@ from verl_ext.losses.high_entropy import compute_policy_loss_high_entropy, high_
 C = 3.0  # dual-clip constant of the oracle configs
 
 
-def dual_clip_token(lp, old, a, eps_low=0.2, eps_high=0.28, c=C):
-    """DAPO's per-token loss: max(-A r, -A clip(r)) and, for A < 0, min(that, -A c)."""
-    clip = O.ppo_token(lp, old, a, eps_low, eps_high)
-    return torch.minimum(clip, torch.as_tensor(-a * c, dtype=clip.dtype)) if a < 0 else clip
+dual_clip_token = O.dual_clip_token
+"""DAPO's per-token loss (tests/_oracles.py), clip constant :data:`C`."""
 
 
 def entropies(shape, seed):

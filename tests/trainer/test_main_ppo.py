@@ -22,6 +22,7 @@ from tensordict import TensorDict
 ROOT = Path(__file__).resolve().parents[2]
 LOSSES = ("clip_cov", "kl_cov", "grpo_erc", "gppo_erc", "high_entropy", "entropy_adv", "bapo")
 
+import _fresh_python  # noqa: E402
 from _trainer_fakes import CLUSTER  # noqa: E402
 
 # Per-loss overrides, all without `+`; the value the summary must show.
@@ -44,10 +45,8 @@ def _env() -> dict:
 
 
 def run_cli(*overrides: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "verl_ext.main_ppo", *overrides],
-        cwd=cwd, env=_env(), capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    """``python -m verl_ext.main_ppo OVERRIDES`` in a fresh interpreter (tests/_fresh_python.py)."""
+    return _fresh_python.run_module(["verl_ext.main_ppo", *overrides], _env(), cwd=cwd)
 
 
 def dry(cfg) -> tuple[int, str, str]:
@@ -978,8 +977,7 @@ def test_a_bad_keep_verl_cov_under_verls_own_entry_point_refuses_clip_cov_naming
         "    else:\n"
         "        print(name, 'ran')\n"
     )
-    env = {**_env(), "VERL_EXT_KEEP_VERL_COV": "yes"}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    done = _fresh_python.run(code, {**_env(), "VERL_EXT_KEEP_VERL_COV": "yes"})
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.strip().splitlines()
     assert len(lines) == 2, done.stdout

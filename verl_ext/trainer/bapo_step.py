@@ -74,14 +74,19 @@ def reduce_and_decide(total: torch.Tensor | None, actor_config: Any, dp_group: A
 
 def decide_step_bounds(worker: Any, data: TensorDict, actor_config: Any) -> torch.Tensor:
     """The optimiser step's bounds over the mini-batch ``data`` (one rank's share): verl's own ``infer_batch`` of
-    ``worker`` (eval mode, no autograd, the log-prob pass's micro-batching, which the sums do not depend on) with
-    :class:`StatisticsAccumulator` as its loss function for that call, then an all-reduce over the engine's
-    data-parallel group. ``data`` is left as the update expects it (the pass works on a shallow copy)."""
+    ``worker`` (eval mode, no autograd) with :class:`StatisticsAccumulator` as its loss function for that call, then an
+    all-reduce over the engine's data-parallel group. The pass micro-batches the mini-batch as the update does (the
+    update's micro-batch size or token budget, which divides it; the sums do not depend on it): ``infer_batch`` would
+    otherwise take the log-prob pass's, sized for the whole batch, which a mini-batch of fixed micro-batches need not
+    fill. ``data`` is left as the update expects it (the pass works on a shallow copy)."""
     accumulator = StatisticsAccumulator(actor_config)
     original = worker.loss_fn
     worker.loss_fn = accumulator
     probe = data.copy()
-    tu.assign_non_tensor(probe, compute_loss=True)  # infer_batch runs self.loss_fn only then
+    engine = worker.engine_config
+    tu.assign_non_tensor(probe, compute_loss=True,  # infer_batch runs self.loss_fn only then
+                         use_dynamic_bsz=engine.use_dynamic_bsz, max_token_len_per_gpu=engine.max_token_len_per_gpu,
+                         micro_batch_size_per_gpu=engine.micro_batch_size_per_gpu)  # fmt: skip
     try:
         worker.infer_batch(probe)
     finally:
