@@ -37,6 +37,10 @@ _fast_tier = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_fast_tier)
 _fast_tier.install()  # the pytest process itself: refuses only while PYTEST_VERL_EXT_FAST_TIER=1
 
+import _yaml_memo  # noqa: E402  (tests/ is on sys.path only from the line above)
+
+_yaml_memo.install()  # each YAML text of the config groups parsed once per test process
+
 
 # PYTEST_*, not VERL_*: tests hand their launches an environment without VERL_*, RAY_* and HF_* variables
 def _guard_env() -> dict[str, str]:
@@ -56,6 +60,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "engine: runs verl's real FSDP2 TrainingWorker on CPU/gloo (slow-ish)")
     config.addinivalue_line("markers", "e2e: runs verl's whole trainer in CPU mode (Ray, FSDP2, vLLM's CPU engine; minutes); "
                             "the end-to-end tier, python -m pytest -m e2e")  # fmt: skip
+    config.addinivalue_line("markers", "fast_limit_s(seconds): a fast test's own time limit, above FAST_TEST_LIMIT_S, "
+                            "for a test whose cost is what it proves (its comment says why)")  # fmt: skip
     config.addinivalue_line("markers", "machine_alone: an e2e test that runs while no other e2e test does (its launch "
                             "needs most of the machine's memory)")  # fmt: skip
 
@@ -252,6 +258,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     total = item.stash.get(_FAST_TEST_TIME, 0.0) + report.duration
     item.stash[_FAST_TEST_TIME] = total
     limit = float(item.config.getini("fast_test_limit_s"))
+    own = item.get_closest_marker("fast_limit_s")  # a test whose cost is its point: its own limit, in its source
+    if own is not None and limit > 0:
+        limit = max(limit, float(own.args[0]))
     if report.when == "teardown" and limit > 0 and total > limit and report.outcome != "failed":
         report.outcome = "failed"
         report.longrepr = (f"{item.nodeid} took {total:.1f} s (set-up, call and tear-down), over the fast tier's limit "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
+import shlex
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -47,8 +47,9 @@ def test_the_cpu_recipes_entropy_falls_as_cpu_mode_says():
     assert len(entropy) == 40 and entropy[19] < entropy[0] - 1 and entropy[39] < entropy[0] - 1, entropy
 
 
-def test_train_md_shows_its_dry_runs_own_output(tmp_path):
-    """The dry-run summary printed in train.md is what its command prints now."""
+def test_train_md_shows_its_dry_runs_own_output(tmp_path, launch_record):
+    """The dry-run summary printed in train.md is what its command prints now (the ``python -m verl_ext.main_ppo``
+    command run in this process, tests/scripts/launch_record.py)."""
     page = (DOCS / "train.md").read_text()
     section = page[page.index("## Dry run"):]
     command = re.search(r"```bash\n(python -m verl_ext.main_ppo verl_ext.dry_run=true.*?)```", section, flags=re.S)
@@ -57,8 +58,9 @@ def test_train_md_shows_its_dry_runs_own_output(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RAY_"))}
     env.update(HOME=str(tmp_path), PYTHON=sys.executable,
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")  # fmt: skip
-    res = subprocess.run(["bash", "-c", command.group(1).replace("\\\n", " ")], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    argv = shlex.split(command.group(1).replace("\\\n", " "))
+    assert argv[:3] == ["python", "-m", "verl_ext.main_ppo"], argv
+    res = launch_record.run_main_ppo(argv[3:], env=env, cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     printed = res.stdout[res.stdout.index("verl_ext dry run"):]
     assert printed.strip() == shown.group(1).strip(), printed

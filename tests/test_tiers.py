@@ -163,3 +163,59 @@ def test_a_fast_test_over_the_time_limit_fails_naming_itself_its_time_and_the_li
     for name in ("test_quick", "test_after_the_slow_set_up", "test_slow_e2e"):
         assert f"PASSED test_timed.py::{name}" in out and f"ERROR test_timed.py::{name}" not in out, out[-3000:]
     assert "5 passed, 2 errors" in out, out[-3000:]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the end-to-end tier's launches are listed in docs/testing.md
+# ----------------------------------------------------------------------------------------------------------
+
+E2E_FILES = ("e2e/test_recipes_cpu.py", "e2e/test_e2e_cpu.py", "e2e/test_cluster_sim.py", "trainer/test_main_ppo.py",
+             "cpu/test_cpu_mode.py", "scripts/test_cluster_scripts.py")  # fmt: skip
+"""The test files with end-to-end tests (each file's ``pytest.mark.e2e``; the test below checks the list is whole)."""
+
+
+def _marks(obj) -> list:
+    marks = getattr(obj, "pytestmark", [])
+    return marks if isinstance(marks, list) else [marks]
+
+
+def e2e_groups(path: Path) -> set[str]:
+    """The ``xdist_group`` s of the e2e tests of one test file, as tests/conftest.py forms them: a test's own group
+    (its mark, or its parameters' marks), else its file's name."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"_launch_table_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(path.parent))  # as pytest imports a test file: its helpers beside it
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(path.parent))
+    groups: set[str] = set()
+    for name, fn in vars(module).items():
+        if not (name.startswith("test_") and callable(fn)):
+            continue
+        marks = [*_marks(module), *_marks(fn)]
+        if not any(mark.name == "e2e" for mark in marks):
+            continue
+        own = [mark.args[0] for mark in marks if mark.name == "xdist_group"]
+        for mark in marks:
+            if mark.name == "parametrize":
+                for param in mark.args[1]:
+                    own += [m.args[0] for m in getattr(param, "marks", ()) if m.name == "xdist_group"]
+        groups |= set(own) or {path.name}
+    return groups
+
+
+def test_every_e2e_launch_has_a_row_in_testing_md_and_every_row_a_launch():
+    """docs/testing.md's table of the end-to-end tier names each launch group (its first column) with what only it
+    proves and its cost: a launch added without a row, or a row left behind by a launch that went, fails here."""
+    tests = Path(__file__).resolve().parent
+    marked = {str(p.relative_to(tests)) for p in tests.rglob("test_*.py")
+              if "pytest.mark.e2e" in p.read_text() and p.name != Path(__file__).name}  # this file: e2e tests in strings
+    assert marked == set(E2E_FILES), f"files with e2e tests: {sorted(marked)}; E2E_FILES lists {sorted(E2E_FILES)}"
+    groups = set().union(*(e2e_groups(tests / f) for f in E2E_FILES))
+    text = (tests.parent / "docs" / "testing.md").read_text()
+    section = text.split("## The end-to-end tier", 1)[1].split("\n## ", 1)[0]
+    rows = set(re.findall(r"^\| `([^`]+)` \|", section, flags=re.MULTILINE))
+    assert rows == groups, f"launch groups without a row: {sorted(groups - rows)}; rows without a launch: {sorted(rows - groups)}"

@@ -1,17 +1,20 @@
 """``verl_ext.testbed.math_assets`` (the assets of ``SCALE=cpu``): synthetic sources in the hub formats go through the
 project's ``scripts/data/prepare_*.py`` into rows verl's own scorers grade, and the tiny model's tokenizer encodes
 every prepared prompt and answer without losing a character (its vocabulary is closed: unknown characters would be
-dropped silently). The warm-up itself runs in tests/e2e/test_recipes_cpu.py, through the recipes."""
+dropped silently); the warmed-up model leaves DAPO's groups mixed with margin on this host (the e2e tier's DAPO
+launch trains it through the recipe, tests/e2e/test_recipes_cpu.py)."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import _math_assets_cache
 import pandas as pd
 import pytest
 
@@ -148,3 +151,49 @@ def test_the_toy_tasks_assets_are_built_once_and_rebuilt_when_their_arguments_or
     assert assets.ensure(plan(seed=1)) == ["digits"] and len(builds) == 3
     (tmp_path / task.STAMP).unlink()
     assert assets.ensure(plan(seed=1)) == ["digits"] and len(builds) == 4
+
+
+FILL_FAILURE_BOUND = 1e-6
+"""The largest chance per training step that DAPO's dynamic sampling at ``SCALE=cpu`` cannot fill a batch from the
+warmed-up tiny model (the e2e tier's DAPO launch samples that model at both of its steps: step 1 trains at lr 0)."""
+
+
+def fill_failure(mixed: float, groups: int, draws: int) -> float:
+    """P(fewer than ``groups`` mixed groups among ``draws`` prompts), each mixed with probability ``mixed``."""
+    return sum(math.comb(draws, k) * mixed**k * (1 - mixed) ** (draws - k) for k in range(groups))
+
+
+@pytest.mark.fast_limit_s(120)  # builds the recipes' assets as a launch does: ~40 s on a 2-core AMD EPYC
+def test_the_warmed_up_tiny_model_leaves_dapos_groups_mixed_with_margin():
+    """The property every DAPO launch at ``SCALE=cpu`` rests on, measured on this host: the tiny model the recipes
+    build (their own builder and data, their defaults) answers DAPO's training prompts so that, sampled as DAPO's
+    cpu-scale rollout samples them (``rollout.n`` responses of ``data.max_response_length`` tokens at temperature 1,
+    scored by verl's ``math_dapo`` scorer), a group is neither all right nor all wrong often enough that DAPO's filter
+    fills a batch of ``data.train_batch_size`` groups within ``max_num_gen_batches`` generation batches but for a
+    chance below :data:`FILL_FAILURE_BOUND` - and some groups are uniform, so the filter evicts. The sizes come from
+    the pinned composition of ``SCALE=cpu bash recipe/dapo_clip_cov.sh`` (tests/scripts/pinned). A host whose
+    arithmetic warms the model differently fails here, not in a launch."""
+    import torch
+    import yaml
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from verl_ext.testbed.math_assets import TRAIN_FILES, _prepared, sampled_accuracy
+
+    scripts = REPO / "tests" / "scripts"  # the pinned file holds what differs from verl's defaults (beside it)
+    pinned = yaml.safe_load((scripts / "pinned" / "dapo_clip_cov.cpu.yaml").read_text())
+    verls = yaml.safe_load((scripts / "verl_defaults.yaml").read_text())
+    groups, n = pinned["data"]["train_batch_size"], pinned["actor_rollout_ref"]["rollout"]["n"]
+    length, batches = pinned["data"]["max_response_length"], pinned["algorithm"]["filter_groups"]["max_num_gen_batches"]
+    rollout = {**verls["actor_rollout_ref"]["rollout"], **pinned["actor_rollout_ref"]["rollout"]}
+    assert rollout["temperature"] == 1.0 and rollout.get("top_k", -1) in (-1, 0) and rollout.get("top_p", 1.0) == 1.0
+    built = _math_assets_cache.build()  # as a recipe's start-up builds them; the e2e tier's launches start from them
+    tokenizer = AutoTokenizer.from_pretrained(built / "model")
+    model = AutoModelForCausalLM.from_pretrained(built / "model", dtype=torch.float32, attn_implementation="sdpa")
+    dapo = [row for row in _prepared(built / "data", TRAIN_FILES) if row["data_source"] == "math_dapo"]
+    figures = sampled_accuracy(model, tokenizer, dapo, seed=1, n=n, max_new_tokens=length)
+    mixed = figures["mixed_group_frac"]
+    assert 0.0 < figures["accuracy"] < 1.0 and mixed < 1.0, figures  # some groups uniform: the filter evicts
+    chance = fill_failure(mixed, groups, groups * batches)
+    assert chance < FILL_FAILURE_BOUND, (f"{mixed:.3f} of {len(dapo)} DAPO groups mixed on this host: a batch of "
+                                         f"{groups} fails to fill within {batches} generation batches with chance "
+                                         f"{chance:.2e}", figures)  # fmt: skip

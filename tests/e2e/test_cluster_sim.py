@@ -298,7 +298,6 @@ def test_trains_two_steps_on_two_hosts_with_bapos_bounds_decided_over_both(clust
     rows = [json.loads(line) for line in (cluster / "assets" / "two_nodes.jsonl").read_text().splitlines()]
     steps = [row["step"] for row in rows]
     assert steps[:2] == [1, 2], steps
-    assert "verl_ext: stopped" not in log.split('"step":2')[0]
     assert abs(rows[1]["data"]["training/rollout_probs_diff_max"]) < 1e-3  # vLLM got step 1's weights on both hosts
     assert rows[1]["data"]["actor/ppo_kl"] != 0.0
     for row in rows[:2]:

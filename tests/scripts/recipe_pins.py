@@ -149,21 +149,77 @@ def compose(config_path: str | None, config_name: str | None, overrides: list[st
         GlobalHydra.instance().clear()
 
 
-def compose_command(cmd: list[str], env: dict[str, str], cwd: Path) -> Any:
+def compose_command(cmd: list[str], env: dict[str, str], cwd: Path,
+                    cpu_flags: tuple[str, ...] = PINNED_CPU_FLAGS) -> Any:  # fmt: skip
     """The config ``cmd`` (a ``python -m verl_ext.main_ppo`` command) runs with, composed in ``env`` and ``cwd`` and
-    resolved as the entry point resolves it."""
+    resolved as the entry point resolves it, on a CPU with ``cpu_flags``."""
     from verl_ext.checks.recipe_startup import resolved
 
-    with environment(env, cwd), mock.patch.object(cpu_precision, "cpu_flags", lambda *_: set(PINNED_CPU_FLAGS)):
+    with environment(env, cwd), mock.patch.object(cpu_precision, "cpu_flags", lambda *_: set(cpu_flags)):
         return resolved(compose(*split_command(cmd)))
 
 
-def compose_script(script: str, variables: dict[str, str], run_dir: Path, args: tuple[str, ...] = ()) -> Any:
-    """The resolved config ``recipe/<script>.sh ARGS`` launches with the environment ``variables`` in ``run_dir``."""
+def compose_script(script: str, variables: dict[str, str], run_dir: Path, args: tuple[str, ...] = (),
+                   cpu_flags: tuple[str, ...] = PINNED_CPU_FLAGS) -> Any:  # fmt: skip
+    """The resolved config ``recipe/<script>.sh ARGS`` launches with the environment ``variables`` in ``run_dir``, on
+    a CPU with ``cpu_flags`` (:data:`PINNED_CPU_FLAGS`). A case that names no path of ``run_dir`` is composed once
+    per test run and shared by every test that composes it (:func:`_shared`)."""
+    key = (script, tuple(sorted(variables.items())), tuple(args), tuple(sorted(cpu_flags)), str(RECIPE_DIR))
+    shareable = "$RUN" not in repr(key)
+    if shareable and (hit := _shared(key, run_dir)) is not None:
+        return hit
     env = case_env(run_dir, variables)
     cmd = launch_command(script, env, cwd=run_dir, args=args)
     env.pop("PRINT_CMD")
-    return compose_command(cmd, env, run_dir)
+    config = compose_command(cmd, env, run_dir, cpu_flags)
+    if shareable:
+        _share(key, config, run_dir)
+    return config
+
+
+SHARED_DIR_VAR = "PYTEST_XDIST_TESTRUNUID"
+"""pytest-xdist's id of the test run, the same in every worker: the compositions are shared through a folder named by
+it (without xdist, within the process only)."""
+
+_compositions: dict[str, str] = {}
+
+
+def _shared_file(key: tuple) -> Path | None:
+    import hashlib
+
+    run = os.environ.get(SHARED_DIR_VAR)
+    if not run:
+        return None
+    digest = hashlib.sha256(repr(key).encode()).hexdigest()[:24]
+    return Path(tempfile.gettempdir()) / f"verl_ext_compositions_{run}" / f"{digest}.yaml"
+
+
+def _shared(key: tuple, run_dir: Path) -> Any:
+    """A composition of ``key`` made earlier in this test run, with its working folder made ``run_dir``, or ``None``.
+    Stored resolved, its working folder written ``$RUN`` (as the pinned files); a case's composition depends on its
+    script, variables, arguments and CPU flags only."""
+    from omegaconf import OmegaConf
+
+    text = _compositions.get(repr(key))
+    path = _shared_file(key)
+    if text is None and path is not None and path.is_file():
+        text = path.read_text()
+    if text is None:
+        return None
+    return OmegaConf.create(yaml.safe_load(text.replace("$RUN", str(run_dir))))
+
+
+def _share(key: tuple, config: Any, run_dir: Path) -> None:
+    from omegaconf import OmegaConf
+
+    text = yaml.safe_dump(OmegaConf.to_container(config), sort_keys=False).replace(str(run_dir), "$RUN")
+    _compositions[repr(key)] = text
+    path = _shared_file(key)
+    if path is not None:
+        path.parent.mkdir(exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}")
+        partial.write_text(text)
+        partial.replace(path)
 
 
 def flatten(node: Any, prefix: str = "") -> dict[str, Any]:

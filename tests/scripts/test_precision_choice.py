@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from unittest import mock
 
 import pytest
 from omegaconf import OmegaConf
@@ -21,8 +20,8 @@ PLAIN_CPU = {"avx2", "avx512f"}
 
 def composed_on(flags: set[str], tmp_path: Path, *args: str) -> dict:
     """``SCALE=cpu MODEL=smollm2 bash recipe/gsm8k_grpo_erc.sh ARGS`` composed as on a CPU with ``flags``."""
-    with mock.patch.object(precision, "cpu_flags", lambda *_: set(flags)):
-        config = compose_script("gsm8k_grpo_erc", {"SCALE": "cpu", "MODEL": "smollm2"}, tmp_path, args)
+    config = compose_script("gsm8k_grpo_erc", {"SCALE": "cpu", "MODEL": "smollm2"}, tmp_path, args,
+                            cpu_flags=tuple(sorted(flags)))
     return {key: OmegaConf.select(config, key) for key in (*precision.KEYS, precision.KEY)}
 
 

@@ -1,8 +1,10 @@
-"""Hydra's own way to see what a recipe runs, ``bash recipe/<name>.sh --cfg job --resolve``, prints every recipe's
-resolved config: exit 0, valid YAML, no interpolation left. Every recipe's script runs for real; the
+"""Hydra's own way to see what a recipe runs, ``bash recipe/<name>.sh --cfg job --resolve``, prints the recipe's
+resolved config: exit 0, valid YAML, no interpolation left. One recipe per kind of script (:data:`KINDS`: a GPU
+recipe, the CPU recipe, the evaluation recipe; they share recipe/launch.sh and differ in what they compose, which
+every recipe has pinned, resolved, in tests/scripts/test_recipe_pins.py). The script runs for real; the
 ``python -m verl_ext.main_ppo --cfg job --resolve`` it launches composes in this process (``launch_record``: Hydra's
-compose API with the recipe's own config path, printed as hydra.main prints ``--cfg job --resolve``), and one recipe's
-launch is a real process, which shows that the flags pass through the launcher to hydra.main."""
+compose API with the recipe's own config path, printed as hydra.main prints ``--cfg job --resolve``), and the GPU
+recipe's launch is a real process too, which shows that the flags pass through the launcher to hydra.main."""
 
 from __future__ import annotations
 
@@ -25,16 +27,20 @@ EXPERIMENT_NAMES = {"eval": "eval-dapo-erc", "cpu_tiny": "cpu-tiny-grpo_erc"}
 """Run names other than the recipe's name with dashes."""
 
 
-def test_every_recipe_is_covered():
-    assert len(RECIPES) == 17 and "cpu_tiny" in RECIPES and "eval" in RECIPES
+KINDS = ("dapo_clip_cov", "cpu_tiny", "eval")
+"""A GPU recipe, the CPU recipe and the evaluation recipe: recipe/launch.sh's three kinds of launch."""
+
+
+def test_every_kind_of_recipe_is_covered():
+    assert len(RECIPES) == 17 and set(KINDS) <= set(RECIPES)
 
 
 REAL_PROCESS = "dapo_clip_cov"
 """The recipe whose ``--cfg job --resolve`` launch is a real ``python -m verl_ext.main_ppo`` process."""
 
 
-@pytest.mark.parametrize(("name", "real"), [*((name, False) for name in RECIPES), (REAL_PROCESS, True)],
-                         ids=[*RECIPES, f"{REAL_PROCESS}-real_process"])  # fmt: skip
+@pytest.mark.parametrize(("name", "real"), [*((name, False) for name in KINDS), (REAL_PROCESS, True)],
+                         ids=[*KINDS, f"{REAL_PROCESS}-real_process"])  # fmt: skip
 def test_cfg_job_resolve_prints_the_resolved_config(name, real, tmp_path):
     dropped = set(launch_env.names()) | {"HYDRA_FULL_ERROR"}
     env = {k: v for k, v in os.environ.items() if k not in dropped and not k.startswith(("VERL_", "RAY_"))}

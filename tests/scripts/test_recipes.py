@@ -487,8 +487,8 @@ CPU_SIZES = {"data.train_batch_size", PREFIX + "ppo_mini_batch_size", "actor_rol
 def test_scale_cpu_changes_sizes_only(name, tmp_path):
     """Every key scale=cpu changes is a size, a path or the logger; the platform's CPU settings aside (they come from
     configs/platform/cpu.yaml, for any CPU-mode run), every other setting of the recipe runs as written."""
-    gpu = flat(config(name, tmp_path, "trainer.save_freq=9"))
-    cpu = flat(config(name, tmp_path, "trainer.save_freq=9", "scale=cpu"))
+    gpu = flat(config(name, tmp_path))  # the pinned compositions of the recipe (shared: tests/scripts/recipe_pins.py)
+    cpu = flat(config(name, tmp_path, SCALE="cpu"))
     platform = set(flat(yaml.safe_load((CONFIGS / "platform" / "cpu.yaml").read_text())))
     raw = flat(raw_config(name, tmp_path))
     derived = {key for key, value in raw.items() if str(value).startswith("${") and "verl_ext." not in str(value)}
@@ -496,11 +496,17 @@ def test_scale_cpu_changes_sizes_only(name, tmp_path):
     # verl's own derived keys (${...} in verl's config, e.g. critic.ppo_mini_batch_size) follow their sources
     changed = {key for key in changed if not key.startswith("verl_ext.") and key not in platform | derived}
     assert changed <= CPU_SIZES, sorted(changed - CPU_SIZES)
-    assert cpu["trainer.n_gpus_per_node"] == 2 and cpu["data.train_batch_size"] == 4 and cpu["trainer.save_freq"] == 9
+    assert cpu["trainer.n_gpus_per_node"] == 2 and cpu["data.train_batch_size"] == 4
     assert cpu[PREFIX + "use_dynamic_bsz"] is True and cpu["trainer.device"] == "cpu"
     # vLLM's tensor parallelism as on the cluster: DAPO's 2 (one server over both processes), GSM8K's 1
     tp = "actor_rollout_ref.rollout.tensor_model_parallel_size"
     assert cpu[tp] == gpu[tp] == (2 if name.startswith("dapo") else 1)
+
+
+def test_an_override_wins_over_the_scales_value(tmp_path):
+    """The command line comes after ``SCALE=cpu``'s files: a key both set takes the command line's value."""
+    cfg = config("dapo_clip_cov", tmp_path, "trainer.save_freq=9", "trainer.total_training_steps=5", SCALE="cpu")
+    assert (at(cfg, "trainer.save_freq"), at(cfg, "trainer.total_training_steps")) == (9, 5)
 
 
 def test_scale_cpu_prints_what_it_changes(tmp_path):
