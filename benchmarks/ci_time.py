@@ -13,6 +13,13 @@ lines, ``N passed ... in Xs``), the set-up and Quick start (the rest; the instal
 ``scripts/install_cpu.sh``'s last line, where the log has it), each tier's outcome, and each tier's slowest
 tests (pytest's ``--durations`` block). A log without one of
 these lines is an error naming it.
+
+A tier's *summed test time* (every test's set-up, call and tear-down, as pytest's ``--durations=0`` lists them) does
+not depend on how many workers ran it: two runs of a tier on one machine, the same day, compare as a ratio::
+
+    python -m pytest -q --durations=0 > /tmp/fast_before.log   # on the older commit, then on the newer one
+    python -m benchmarks.ci_time --tier-sums /tmp/fast_before.log /tmp/fast_after.log --labels before,after \
+        --record benchmarks/results/results_tier_time.json --tier fast --commit <sha> --note "..."
 """
 
 from __future__ import annotations
@@ -90,6 +97,35 @@ def slowest_table(rows: list[list[Any]], count: int = 30) -> str:
     return "\n".join(lines)
 
 
+def tier_sum(text: str) -> dict[str, Any]:
+    """One tier's log with every test's durations (``--durations=0``): the summed test time, the count of timed
+    phases, pytest's own wall time and outcome, the machine, and the seconds per test file."""
+    rows = [row for block in slowest(text) for row in block]
+    closing = list(TIER.finditer(text))
+    if not rows or not closing:
+        raise ValueError("no --durations block or no closing line: run the tier with --durations=0")
+    files: dict[str, float] = {}
+    for sec, _, test in rows:
+        files[test.split("::")[0]] = round(files.get(test.split("::")[0], 0.0) + sec, 2)
+    machine = next((m["machine"] for m in MACHINE.finditer(text)), "")
+    return {"summed_s": round(sum(row[0] for row in rows), 1), "phases": len(rows), "wall_s": float(closing[-1]["seconds"]),
+            "outcome": closing[-1]["outcome"].strip(", "), "machine": machine,
+            "by_file": dict(sorted(files.items(), key=lambda kv: -kv[1]))}  # fmt: skip
+
+
+def tier_table(sums: dict[str, dict[str, Any]], files: int = 12) -> str:
+    """The runs side by side: summed test time, its ratio to the first, wall time; then the largest files."""
+    first = next(iter(sums.values()))["summed_s"]
+    lines = ["| run | summed test time | ratio | pytest's wall time | outcome |", "| --- | ---: | ---: | ---: | --- |"]
+    lines += [f"| {label} | {run['summed_s']:.0f} s | {run['summed_s'] / first:.2f} | {run['wall_s']:.0f} s | "
+              f"{run['outcome']} |" for label, run in sums.items()]  # fmt: skip
+    names = list(dict.fromkeys(name for run in sums.values() for name in list(run["by_file"])[:files]))
+    lines += ["", "| test file | " + " | ".join(sums) + " |", "| --- |" + " ---: |" * len(sums)]
+    lines += [f"| `{name}` | " + " | ".join(f"{run['by_file'].get(name, 0.0):.1f}" for run in sums.values()) + " |"
+              for name in names]  # fmt: skip
+    return "\n".join(lines)
+
+
 def _minutes(seconds: float) -> str:
     return f"{int(seconds // 60)}:{int(round(seconds % 60)):02d}"
 
@@ -116,7 +152,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--commit", default="", help="the commit the log ran")
     parser.add_argument("--machine", default="", help="the machine, in words (default: the log's `machine:` line)")
     parser.add_argument("--note", default="", help="what else ran on the machine, what failed")
+    parser.add_argument("--tier-sums", type=Path, nargs="+", metavar="LOG",
+                        help="logs of one tier run with --durations=0: their summed test times side by side")
+    parser.add_argument("--labels", default="", help="with --tier-sums: a name per log, comma-separated")
+    parser.add_argument("--record", type=Path, help="with --tier-sums: the results file to append the comparison to")
+    parser.add_argument("--tier", choices=("fast", "e2e"), help="with --record: which tier the logs ran")
     args = parser.parse_args(argv)
+    if args.tier_sums:
+        labels = args.labels.split(",") if args.labels else [str(p) for p in args.tier_sums]
+        if len(labels) != len(args.tier_sums):
+            parser.error(f"--labels names {len(labels)} runs for {len(args.tier_sums)} logs")
+        try:
+            sums = {label: tier_sum(path.read_text(errors="replace")) for label, path in zip(labels, args.tier_sums)}
+        except ValueError as exc:
+            parser.error(str(exc))
+        print(tier_table(sums))
+        if args.record:
+            if not args.tier:
+                parser.error("--record needs --tier fast or --tier e2e")
+            data = json.loads(args.record.read_text()) if args.record.exists() else {"comparisons": []}
+            data["comparisons"].append({"date": datetime.date.today().isoformat(), "tier": args.tier,
+                                        "commit": args.commit, "note": args.note, "runs": sums})  # fmt: skip
+            args.record.write_text(json.dumps(data, indent=1) + "\n")
+        return 0
     if args.summarise:
         runs = json.loads(args.summarise.read_text())["runs"]
         if args.slowest:

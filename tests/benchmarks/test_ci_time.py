@@ -98,3 +98,39 @@ def test_the_installs_own_time_is_read_where_the_log_has_it():
     assert row.startswith("| d | c | m | 5:45 (3:23) | 7:22 ")
     assert "install_s" not in parse_log(LOG)
 
+
+
+TIER_LOG = """....
+============================== slowest durations ===============================
+30.00s call     tests/e2e/test_a.py::test_one
+5.50s setup    tests/e2e/test_a.py::test_two
+4.50s call     tests/e2e/test_b.py::test_three
+
+(3 durations < 0.005s hidden.  Use -vv to show these durations.)
+machine: AMD EPYC (avx512_bf16), 2 cores / 2 threads, 24 GiB
+3 passed in 25.00s
+"""
+
+
+def test_a_tiers_summed_test_time_and_its_ratio_to_another_run(tmp_path, capsys):
+    """``--tier-sums``: every listed phase summed (40 s here, 30 s of it one file's), the ratio to the first log, and
+    ``--record`` keeps both runs with the machine each log names."""
+    import json
+
+    from benchmarks.ci_time import main, tier_sum
+
+    assert tier_sum(TIER_LOG) == {"summed_s": 40.0, "phases": 3, "wall_s": 25.0, "outcome": "3 passed",
+                                  "machine": "AMD EPYC (avx512_bf16), 2 cores / 2 threads, 24 GiB",
+                                  "by_file": {"tests/e2e/test_a.py": 35.5, "tests/e2e/test_b.py": 4.5}}  # fmt: skip
+    before, after = tmp_path / "before.log", tmp_path / "after.log"
+    before.write_text(TIER_LOG)
+    after.write_text(TIER_LOG.replace("30.00s call", "10.00s call"))
+    record = tmp_path / "tiers.json"
+    assert main(["--tier-sums", str(before), str(after), "--labels", "before,after", "--record", str(record),
+                 "--tier", "e2e", "--commit", "abc"]) == 0  # fmt: skip
+    printed = capsys.readouterr().out
+    assert "| before | 40 s | 1.00 | 25 s | 3 passed |" in printed and "| after | 20 s | 0.50 | 25 s | 3 passed |" in printed
+    (kept,) = json.loads(record.read_text())["comparisons"]
+    assert kept["tier"] == "e2e" and kept["runs"]["after"]["summed_s"] == 20.0
+    with pytest.raises(SystemExit):
+        main(["--tier-sums", str(before), "--labels", "a,b"])

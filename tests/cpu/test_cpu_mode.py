@@ -1,8 +1,10 @@
 """CPU mode: the switch, the config group, and each upstream workaround.
 
 Every workaround has two tests: one that shows upstream still needs it (it fails once the upstream code is
-fixed: then delete the workaround and its tests) and one that shows the workaround works. Processes that
-need a clean interpreter (platform resolution, plugins, Ray) run in a subprocess.
+fixed: then delete the workaround and its tests) and one that shows the workaround works. What only a process that
+has not imported verl shows (platform resolution, plugin loading, what ``import verl`` patches, an upstream module
+before verl_ext touches it) runs in a fresh interpreter (``_cpu_marks.python``: forked from one that has imported
+torch, tensordict and transformers only, tests/_fresh_python.py); Ray's start-up runs in the e2e tier.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ def test_verl_platform_cpu_alone_selects_the_cpu_platform_through_the_plugin(cas
     """``VERL_PLATFORM=cpu`` is all a process needs: ``import verl`` loads verl_ext's ``verl_ext_cpu`` plugin,
     which registers the platform before verl resolves it and applies the verl-side workarounds; with
     ``VERL_USE_EXTERNAL_PLUGINS=verl_ext_cpu`` verl keeps its own losses (plain verl on CPUs). One fresh interpreter
-    per case (each imports verl: ~10 s)."""
+    per case: the plugin loads when a process first imports verl."""
     code = """
         import json, sys, verl
         from verl.plugin.platform import get_platform
@@ -206,6 +208,48 @@ def test_cpu_mode_silences_verls_notices_about_engines_it_never_uses(cpu_mode):
         plain = python(code)
         assert plain.returncode == 0, plain.stderr[-3000:]
         assert plain.stderr.count("UserWarning: megatron engine is not available") == 2, plain.stderr[-3000:]
+
+
+@needs_vllm_cpu
+def test_upstream_vllm_cpu_lacks_the_mapper_verls_lora_loading_calls():
+    """Why CPU mode refuses LoRA (``check_cpu_lora``): verl's adapter loading calls ``get_unstacked_mapper()`` on
+    vLLM's ``WeightsMapper`` for vLLM 0.25 and newer, and vLLM's CPU build 0.31 (0.25 or newer) has no such method.
+    Fails once vLLM's CPU build has it; then the refusal can go."""
+    from importlib import metadata
+
+    from packaging.version import Version
+
+    spec = importlib.util.find_spec("vllm.model_executor.models.utils")
+    text = Path(spec.origin).read_text()
+    assert "class WeightsMapper" in text and "def get_unstacked_mapper" not in text
+    assert Version(metadata.version("vllm-cpu")) >= Version("0.25.0")
+
+
+@pytest.mark.parametrize(("platform", "refused"), [("cpu", True), (None, False)], ids=["cpu", "gpu"])
+def test_lora_is_refused_in_cpu_mode_only_naming_the_key(monkeypatch, platform, refused):
+    """``lora_rank > 0`` under ``platform=cpu`` is a config-time error naming the key and why; the same config on a
+    GPU (no ``VERL_PLATFORM``) passes the check, and rank 0 passes in CPU mode."""
+    from hydra import compose, initialize_config_module
+
+    from verl_ext.checks.validation import LORA_KEY, ConfigError, check_cpu_lora
+
+    if platform is None:
+        monkeypatch.delenv("VERL_PLATFORM", raising=False)
+    else:
+        monkeypatch.setenv("VERL_PLATFORM", platform)
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with initialize_config_module(config_module="verl_ext.configs", version_base=None):
+        groups = ["platform=cpu"] if platform else []
+        lora = compose("verl_ext_trainer", overrides=[*groups, f"{LORA_KEY}=8", "actor_rollout_ref.model.lora_alpha=16"])
+        plain = compose("verl_ext_trainer", overrides=groups)
+    if refused:
+        with pytest.raises(ConfigError) as info:
+            check_cpu_lora(lora)
+        assert info.value.key == LORA_KEY and "8 does not run in CPU mode" in info.value.message
+        assert "get_unstacked_mapper" in info.value.message and "allowed: 0" in info.value.message
+    else:
+        check_cpu_lora(lora)
+    check_cpu_lora(plain)
 
 
 def test_verl_platform_cpu_next_to_cuda_is_a_config_error(monkeypatch):

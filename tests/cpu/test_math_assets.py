@@ -153,6 +153,25 @@ def test_the_toy_tasks_assets_are_built_once_and_rebuilt_when_their_arguments_or
     assert assets.ensure(plan(seed=1)) == ["digits"] and len(builds) == 4
 
 
+def test_the_model_command_builds_and_warms_up_a_model_a_recipe_loads(prepared, tmp_path, capsys):
+    """``python -m verl_ext.testbed.math_assets model`` (what a recipe's start-up runs for the tiny model, when the
+    e2e tier's launches do not find it built): a model folder with its tokenizer and ``warmup.json`` (the steps it
+    ran, its sampled figures), and the line the start-up prints."""
+    import json
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from verl_ext.testbed import math_assets
+
+    out = tmp_path / "model"
+    assert math_assets.main(["model", "--data-dir", str(prepared), "--out", str(out), "--steps", "2"]) == 0
+    figures = json.loads((out / "warmup.json").read_text())
+    assert figures["steps"] == 2 and 0.0 <= figures["mixed_group_frac"] <= 1.0
+    assert f"model: {out} (warm-up: loss " in capsys.readouterr().out
+    AutoTokenizer.from_pretrained(out)
+    AutoModelForCausalLM.from_pretrained(out)
+
+
 FILL_FAILURE_BOUND = 1e-6
 """The largest chance per training step that DAPO's dynamic sampling at ``SCALE=cpu`` cannot fill a batch from the
 warmed-up tiny model (the e2e tier's DAPO launch samples that model at both of its steps: step 1 trains at lr 0)."""

@@ -606,8 +606,13 @@ NNODES_LINE = "verl_ext: invalid config: trainer.nnodes: 0 is invalid: allowed a
 LOGGER_LINE = "verl_ext: invalid config: trainer.logger: entry 'wandbb' is invalid: allowed "
 
 #: (script, extra arguments, launch variables, what stderr must hold); None: the dry run must pass
+LAUNCHED_DRY_RUNS = ("dapo_clip_cov", "gsm8k_grpo_erc")
+"""The GPU recipes whose ``DRY_RUN=1`` launch runs here through their script (one per family): the launcher's
+dry-run path is one for every GPU recipe (recipe/launch.sh); every GPU recipe's own composition is validated as the
+dry run validates it in :func:`test_every_gpu_recipe_validates_as_its_dry_run_does`."""
+
 DRY_RUNS: dict[str, tuple[Path, tuple[str, ...], dict[str, str], str | None]] = {
-    **{name: (RECIPE_DIR / f"{name}.sh", (), {}, None) for name in GPU_RECIPES},
+    **{name: (RECIPE_DIR / f"{name}.sh", (), {}, None) for name in LAUNCHED_DRY_RUNS},
     "gpu_smoke": (SMOKE, (), {}, None),
     "eval": (EVAL, (), {}, None),
     "bad_value": (RECIPE_DIR / "gsm8k_grpo_erc.sh", (LOSS + "entropy_mask_low=1.5",), {},
@@ -685,6 +690,20 @@ def test_dry_run(name, dry_run_inputs, tmp_path):
     else:  # a key no config has: Hydra's own error, naming it
         assert res.returncode != 0, output[-4000:]
         assert expected in res.stderr, res.stderr[-4000:]
+
+
+@pytest.mark.parametrize("name", GPU_RECIPES)
+def test_every_gpu_recipe_validates_as_its_dry_run_does(name, tmp_path):
+    """Each GPU recipe's composition (what ``recipe/<name>.sh`` launches, pinned in test_recipe_pins.py) passes the
+    dry run's validation and prints its summary (``verl_ext.checks.dry_run.dry_run``, what ``DRY_RUN=1`` runs after
+    the launcher, :data:`LAUNCHED_DRY_RUNS` through their scripts)."""
+    import io
+
+    from verl_ext.checks.dry_run import dry_run
+
+    out, err = io.StringIO(), io.StringIO()
+    assert dry_run(composed(name, tmp_path), out=out, err=err) == 0, err.getvalue()
+    assert "verl_ext dry run" in out.getvalue() and f"loss      : " in out.getvalue()
 
 
 def test_a_bad_value_of_a_launch_variable_exits_2_with_one_line_from_the_real_process(dry_run_inputs):

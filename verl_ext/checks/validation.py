@@ -290,6 +290,27 @@ def check_platform(config: DictConfig) -> str:
     return f"CPU mode ({cpu_mode.ENV_VAR}=cpu: FSDP2 on gloo, vLLM's CPU engine, {precision}, configs/platform/cpu.yaml)"
 
 
+LORA_KEY = "actor_rollout_ref.model.lora_rank"
+"""verl's LoRA switch: a rank above 0 trains an adapter and syncs it to the rollout as one."""
+
+CPU_LORA_WHY = ("verl 0.9.1 loads the adapter into vLLM through WeightsMapper.get_unstacked_mapper() from vLLM 0.25 on "
+                "(verl/utils/vllm/utils.py, hijack__load_adapter), which vLLM's CPU build 0.31 lacks: the first weight "
+                "sync fails inside vLLM's engine, which stays up, and verl's trainer waits on the sync for ever")  # fmt: skip
+"""Why CPU mode refuses LoRA (contract: tests/test_upstream_contracts.py)."""
+
+
+def check_cpu_lora(config: DictConfig) -> None:
+    """CPU mode (``VERL_PLATFORM=cpu``) refuses ``actor_rollout_ref.model.lora_rank > 0`` (:data:`CPU_LORA_WHY`);
+    GPU runs (verl's vLLM 0.24 never takes that branch) are not affected."""
+    from verl_ext.cpu import mode as cpu_mode
+
+    rank = _select(config, LORA_KEY)
+    if not cpu_mode.requested() or rank in (None, 0):
+        return
+    raise ConfigError(LORA_KEY, f"{rank!r} does not run in CPU mode ({cpu_mode.ENV_VAR}=cpu): {CPU_LORA_WHY}; "
+                      "allowed: 0 (full fine-tuning) in CPU mode, any rank on a GPU")  # fmt: skip
+
+
 def check_actuator(config: DictConfig, feature: Any) -> None:
     """Entropy control's actuator must have something to act on: ``cov_ratio`` a batch-scope ``clip_cov`` / ``kl_cov``;
     ``entropy_coef`` an actor whose fixed ``entropy_coeff`` is 0 (the actuator replaces it); ``clip_high`` a policy
@@ -390,6 +411,7 @@ def check_verl_ext(config: DictConfig, actor: Any | None = None) -> dict[str, An
     check_replay_poll_interval(config)
     trainer = check_trainer(config)
     platform = check_platform(config)
+    check_cpu_lora(config)
     features = check_driver_features(config)
     from verl_ext.driver.watchdog import watchdog_config
 
@@ -409,6 +431,7 @@ __all__ = [
     "ConfigError",
     "check_actor_classes",
     "check_actuator",
+    "check_cpu_lora",
     "check_driver_features",
     "check_dynamic_sampling",
     "check_entropy_memory",
