@@ -8,7 +8,6 @@ them), and then
 * prints, in CPU mode, what the CPU scale changes: every key of ``configs/cpu_run.yaml``, ``configs/scale/cpu.yaml``
   and the model's ``configs/cpu_model/<model>.yaml``, with the value this run uses;
 * builds the CPU recipes' assets where missing (``verl_ext.recipe.assets``; :mod:`verl_ext.testbed.assets`);
-* warns about training or validation files missing on this node;
 * in CPU mode joining a running Ray cluster (``RAY_ADDRESS`` or ``ray_kwargs.ray_init.address``, e.g.
   ``scripts/cluster/ray_head.sh``), nulls the local cluster's ``ray_init`` settings of ``configs/platform/cpu.yaml``
   (CPUs, GPU slots, dashboard), which Ray rejects when it joins a cluster whose own ``ray start`` set them;
@@ -244,10 +243,6 @@ def prepare(config: DictConfig) -> DictConfig:
         with open_dict(config):
             for key in LOCAL_RAY_ONLY:
                 OmegaConf.update(config, f"ray_kwargs.ray_init.{key}", None, force_add=True)
-    for key in ("data.train_files", "data.val_files"):
-        for path in OmegaConf.select(config, key) or []:
-            if not Path(path).exists():
-                print(f"warning: {path} ({key}) does not exist on this node (prepare it with scripts/data/)", file=sys.stderr)
     wandb_offline(config)
     return config
 

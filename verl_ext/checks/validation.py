@@ -413,6 +413,9 @@ def check_verl_ext(config: DictConfig, actor: Any | None = None) -> dict[str, An
     platform = check_platform(config)
     check_cpu_lora(config)
     features = check_driver_features(config)
+    from verl_ext.checks.training_data import check_training_data
+
+    data = check_training_data(config)
     from verl_ext.driver.watchdog import watchdog_config
 
     watchdog_config(config)  # verl_ext.watchdog.*: WatchdogConfig's checks
@@ -422,6 +425,7 @@ def check_verl_ext(config: DictConfig, actor: Any | None = None) -> dict[str, An
         "trainer": trainer,
         "platform": platform,
         "features": features,
+        "data": data,
         "old_entropy": needs_old_entropy(actor_node),
         "cov_selected": needs_batch_selection(actor_node),
     }
