@@ -1,6 +1,6 @@
 """The package layout holds: every module's verl_ext imports go to its own package or to a lower one.
 
-Levels (docs/ARCHITECTURE.md): config, contract, versions 0; losses, control, cpu, analysis, evaluation 1; registration, testbed 2;
+Levels (docs/ARCHITECTURE.md): config, contract, versions, failures 0; losses, control, cpu, analysis, evaluation 1; registration, testbed 2;
 driver 3; trainer 4; checks 5; demo 6; the package root and the ``python -m`` entry points above everything. Imports
 inside functions count too, and no two modules import each other, directly or through others.
 """
@@ -19,6 +19,7 @@ LEVELS = {
     "verl_ext.config": 0,
     "verl_ext.contract": 0,
     "verl_ext.versions": 0,
+    "verl_ext.failures": 0,
     "verl_ext.losses": 1,
     "verl_ext.control": 1,
     "verl_ext.cpu": 1,

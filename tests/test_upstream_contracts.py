@@ -327,6 +327,41 @@ PATCHES: list[Patch] = [
           "cpu.workarounds", "the token file is created with mode 600 where Ray would write it world-readable", CPU,
           params=(), source=('Path.home() / ".ray" / "auth_token"',),
           also=f"{CPU_MODE_TEST}::test_upstream_ray_writes_its_token_file_readable_by_everyone"),
+    Patch("verl_scorers", "verl.utils.reward_score:default_compute_score", "reads", "checks.training_data",
+          "the data sources verl scores are the names and prefixes its `if data_source ...` chain compares; any "
+          "other raises `NotImplementedError` in the reward loop", ALL,
+          params=("data_source", "solution_str", "ground_truth", "extra_info", "sandbox_fusion_url",
+                  "concurrent_semaphore", "memory_limit_mb", "kwargs"),
+          source=('if data_source == "openai/gsm8k":', 'raise NotImplementedError(f"Reward function is not implemented '
+                  'for {data_source=}")'),
+          also="tests/scripts/test_training_data.py::test_verls_scorers_are_read_from_verls_code"),
+    Patch("verl_custom_reward_fn", "verl.utils.import_utils:load_module", "reads", "checks.training_data",
+          "verl loads `reward.custom_reward_function.path` as a `pkg://` module or a (`file://`) file, then the "
+          "named object from it", ALL, params=("module_path", "module_name"),
+          source=('if module_path.startswith(PKG_PATH_PREFIX):', 'module_path[len(PKG_PATH_PREFIX) :].replace("/", ".")',
+                  "if module_path.startswith(FILE_PATH_PREFIX):")),
+    Patch("tracking_log", "verl.utils.tracking:Tracking.log", "wraps", "driver.progress",
+          "both trainers log every step through it, whatever the loggers: each logged step is the run's progress for "
+          "the stall check", ALL, params=("self", "data", "step", "backend")),
+    Patch("ray_internal_kv_put", "ray.experimental.internal_kv:_internal_kv_put", "calls", "driver.progress",
+          "the TaskRunner writes the run's last logged step to the GCS's key-value store, on any node", ALL,
+          params=("key", "value", "overwrite", "namespace")),
+    Patch("ray_internal_kv_get", "ray.experimental.internal_kv:_internal_kv_get", "calls", "driver.progress",
+          "the watchdog reads it from the driver", ALL, params=("key", "namespace")),
+    Patch("ray_task_events", "ray._private.state:GlobalState._get_all_task_events", "reads", "driver.progress",
+          "the GCS's task events (each task's info and state time stamps, no dashboard by default) name the actor "
+          "methods a stalled run is running", ALL, params=("self",),
+          source=("if _READ_TASK_EVENTS_FROM_DASHBOARD_HEAD:", "accessor.get_task_events()"),
+          also="tests/e2e/test_e2e_cpu.py::test_a_weight_sync_that_never_returns_stops_the_run_within_the_stall_bound_naming_it"),
+    Patch("agent_loop_errors", "verl.trainer.ppo.v1.agent_loop_tq:AgentLoopWorkerTQ._run_prompt", "reads",
+          "failures", "each sample that fails in the rollout or the reward loop is logged, with its exception, on the "
+          "module's logger (`Error in _run_prompt`), and its prompt marked failed", ALL,
+          params=("prompt", "sampling_params", "trajectory", "trace"),
+          source=('f"Error in _run_prompt for uid={uid}",', "exc_info=(type(error), error, error.__traceback__),"),
+          also="tests/trainer/test_failures.py::test_a_failed_sample_is_counted_from_verls_agent_loop_log_record"),
+    Patch("ray_internal_kv_list", "ray.experimental.internal_kv:_internal_kv_list", "calls", "failures",
+          "the entry point lists every worker's count of failed samples by their keys' prefix", ALL,
+          params=("prefix", "namespace")),
     Patch("ray_actor_table", "ray._private.state:actors", "reads", "driver.watchdog",
           "the GCS's actor table of this job (`job_id=`, a `ray.JobID`, filtered by the GCS), polled for an actor of "
           "the run that died (state, death cause, class, pid), with no dashboard", ALL,

@@ -48,6 +48,7 @@ import traceback
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from verl_ext import failures
 from verl_ext.cpu import mode as cpu_mode
 from verl_ext.cpu import openmp as cpu_openmp
 from verl_ext.cpu import precision as cpu_precision
@@ -169,7 +170,16 @@ def run(config: DictConfig) -> int:
         run_ppo(config, task_runner_class=task_runner_class(config))
     except BaseException as exc:  # the watchdog ended the TaskRunner: verl's wait on it raises (RayActorError)
         if watchdog is None or watchdog_report(watchdog, exc) is None:
-            raise
+            failed = None if failures.own_error(exc) else sample_failures(exc)
+            if failed is None:
+                raise
+            import ray
+
+            ray.shutdown()  # the workers' logs stop streaming: the cause is the last line
+            print(f"verl_ext: the trainer stopped with this exception:\n"
+                  f"{''.join(traceback.format_exception(exc)).rstrip()}", file=sys.stderr)  # fmt: skip
+            print(failures.stopped_line(*failed), file=sys.stderr)
+            return 1
         import ray
 
         ray.shutdown()
@@ -181,6 +191,22 @@ def run(config: DictConfig) -> int:
         if watchdog is not None:
             watchdog.stop()
     return 0
+
+
+def sample_failures(exc: BaseException) -> tuple[int, str] | None:
+    """The samples of this run that failed in verl's agent loop (:mod:`verl_ext.failures`), when the trainer stopped
+    with an exception (not a keyboard interrupt or an exit; not verl_ext's own, which names its cause: ``run``) and Ray
+    can still be read; ``None`` otherwise."""
+    if not isinstance(exc, Exception):
+        return None
+    try:
+        import ray
+
+        if not ray.is_initialized():
+            return None
+        return failures.read_failures(ray.get_runtime_context().get_job_id())
+    except Exception:  # the trainer's own exception is then what the run ends with
+        return None
 
 
 def on_loopback(address: str) -> bool:
@@ -244,7 +270,7 @@ def start_watchdog(config: DictConfig) -> Watchdog | None:
     run_log = OmegaConf.select(config, "ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH")
     watchdog = Watchdog(run_log=run_log, ckpt_dir=OmegaConf.select(config, "trainer.default_local_dir"),
                         poll_s=settings.poll_s, health_failures=settings.health_failures,
-                        health_timeout_s=settings.health_timeout_s)  # fmt: skip
+                        health_timeout_s=settings.health_timeout_s, stall=settings.stall_check())  # fmt: skip
     watchdog.start()
     return watchdog
 

@@ -4,7 +4,8 @@
 group; ``import verl`` loads every such entry point in every process (driver, TaskRunner, Ray workers), which
 imports this module and so registers the losses (CPU mode has its own entry point, :mod:`verl_ext.cpu.plugin`).
 verl swallows plugin import errors at DEBUG level, so entry points of verl_ext call :func:`ensure_registered`,
-which fails loudly instead.
+which fails loudly instead. The same import puts ``verl_ext.failures``' counter of failed samples on verl's agent
+loop logger, so that a run whose samples all fail ends naming the first exception.
 
 ``clip_cov`` and ``kl_cov`` are also names of verl's built-in losses: verl_ext replaces them (batch-scope
 selection, reproducible, sync-free; a different ``pg_loss`` and ``actor/pg_clipfrac``) in every verl process of
@@ -22,6 +23,7 @@ from typing import Any
 
 from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, register_policy_loss
 
+from verl_ext import failures
 from verl_ext.losses import COV_LOSSES, LOSSES
 
 KEEP_VERL_COV_ENV = "VERL_EXT_KEEP_VERL_COV"
@@ -108,6 +110,8 @@ def ensure_registered() -> None:
             "and check that `python -c 'import verl_ext.registration'` imports without error."
         )
 
+
+failures.install()  # every process: the samples verl's agent loop fails are counted for the run's last line
 
 try:
     register()

@@ -7,7 +7,9 @@ so it waits for verl's worker extension (``verl.workers.rollout.vllm_rollout.uti
 ``VERL_EXT_TEST_KILL_LOG``. The engine is the worker's own process where vLLM runs the model in it (executor ``uni``,
 CPU mode's TP 1: the process multiprocessing names ``EngineCore``), else the worker's parent (executor ``mp``: the
 worker is ``VllmWorker-<rank>``). verl's server actor lives on; the trainer's weight sync then waits on the dead
-engine. Not part of verl_ext: a test's tool."""
+engine. ``VERL_EXT_TEST_STALL_AT_SYNC`` instead makes the N-th call wait for ever (a receiver that never acknowledges,
+as verl's LoRA loading on vLLM's CPU build fails inside it): every actor and every engine stays alive, and only the
+watchdog's stall check can stop the run. Not part of verl_ext: a test's tool."""
 import importlib.abc
 import importlib.util
 import multiprocessing
@@ -16,6 +18,7 @@ import signal
 import sys
 
 KILL_AT = int(os.environ.get("VERL_EXT_TEST_KILL_AT_SYNC", "0"))
+STALL_AT = int(os.environ.get("VERL_EXT_TEST_STALL_AT_SYNC", "0"))
 TARGET = "verl.workers.rollout.vllm_rollout.utils"
 LOG = os.environ.get("VERL_EXT_TEST_KILL_LOG")
 
@@ -28,6 +31,12 @@ def _patch(module):
 
             def wrapped(self, *args, _original=original, **kwargs):
                 count["n"] += 1
+                if count["n"] == STALL_AT:
+                    import threading
+
+                    with open(LOG, "a") as f:
+                        f.write(f"sync {count['n']}: pid {os.getpid()} waits for ever\n")
+                    threading.Event().wait()
                 if count["n"] == KILL_AT:
                     process = multiprocessing.current_process().name
                     in_engine = process.startswith("EngineCore")  # executor uni: the worker runs in the engine
@@ -59,7 +68,7 @@ class _Finder(importlib.abc.MetaPathFinder):
         return spec
 
 
-if KILL_AT:
+if KILL_AT or STALL_AT:
     if TARGET in sys.modules:
         _patch(sys.modules[TARGET])
     else:

@@ -17,6 +17,7 @@ import csv
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -232,6 +233,27 @@ def test_dapo_that_cannot_fill_a_batch_stops_with_an_error(assets):
         assert words in output, output[-6000:]
 
 
+@pytest.mark.xdist_group("dapo_cannot_fill")
+def test_a_run_whose_reward_function_raises_ends_naming_its_exception(assets):
+    """A custom reward function that raises on every sample (a bug in the user's scorer): verl's agent loop logs each
+    failure in its workers and its replay buffer stops the trainer with advice about refilling failed groups; the
+    run's last line is instead how many samples failed and the first one's exception (``verl_ext.failures``), exit 1."""
+    reward = assets / "raising_reward.py"
+    reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n"
+                      "    raise ValueError('my scorer cannot read the response')\n")  # fmt: skip
+    proc = subprocess.run(recipe_command(f"reward.custom_reward_function.path={reward}",
+                                         sizes={"trainer.total_training_steps": 1}),
+                          env=recipe_env(assets, "raising_reward", "vanilla", shared_ray=True), capture_output=True,
+                          text=True, timeout=600, cwd=assets)  # fmt: skip
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 1, output[-4000:]
+    last = proc.stderr.rstrip().splitlines()[-1]
+    found = re.fullmatch(r"verl_ext: stopped: (\d+) sample\(s\) failed in verl's rollout or reward loop, the first "
+                         r"with ValueError: my scorer cannot read the response \(logged in full by the agent loop "
+                         r"workers above\)", last)  # fmt: skip
+    assert found and int(found[1]) >= 1, output[-4000:]
+
+
 @pytest.mark.xdist_group("demo")
 def test_actor_parameters_changed(runs, assets):
     """The step-2 checkpoint's actor weights differ from the initial model's."""
@@ -314,6 +336,47 @@ def whole_legacy(assets: Path) -> Run:
     return train(assets, "whole_legacy", "clip_cov", *legacy_overrides(assets), sizes=LEGACY_SIZES, shared_ray=True)
 
 
+STALL_S = 30
+"""The stall bound the resumed legacy run sets (``verl_ext.watchdog.stall_s``; ``auto``, every other launch's, would
+wait at least an hour)."""
+
+
+@cache
+def resumed_and_stalled(assets: Path) -> tuple[Run, float]:
+    """The uninterrupted run's step-1 checkpoint loaded by a second run of 3 steps whose third weight sync (the
+    first after step 2 is logged; one is the start's) never returns (tests/e2e/_kill_engine_at_sync.py): (the run,
+    seconds from its last logged step to its exit)."""
+    whole = whole_legacy(assets)
+    name, log = "resumed_legacy", assets / "resumed_legacy.stalls"
+    env = "ray_kwargs.ray_init.runtime_env.env_vars"
+    stall = (f"+{env}.PYTHONPATH={Path(__file__).parent}", f"+{env}.VERL_USE_EXTERNAL_MODULES=_kill_engine_at_sync",
+             f"+{env}.VERL_EXT_TEST_STALL_AT_SYNC='3'", f"+{env}.VERL_EXT_TEST_KILL_LOG={log}",
+             f"verl_ext.watchdog.stall_s={STALL_S}")  # fmt: skip
+    command = recipe_command(*legacy_overrides(assets), "trainer.resume_mode=resume_path",
+                             f"trainer.resume_from_path={whole.ckpts / 'global_step_1'}", *stall,
+                             sizes={**LEGACY_SIZES, "trainer.total_training_steps": 3})  # fmt: skip
+    out = assets / f"{name}.out"
+    with open(out, "w") as sink:
+        proc = subprocess.Popen(command, env=recipe_env(assets, name, "clip_cov", shared_ray=True), stdout=sink,
+                                stderr=subprocess.STDOUT, text=True, cwd=assets, start_new_session=True)  # fmt: skip
+    jsonl, logged_at = assets / f"{name}.jsonl", None
+    try:
+        deadline = time.monotonic() + 600
+        while proc.poll() is None:
+            assert time.monotonic() < deadline, f"the stalled run did not stop within 600 s:\n{out.read_text()[-6000:]}"
+            if logged_at is None and jsonl.exists() and b'"step":2' in jsonl.read_bytes():
+                logged_at = time.monotonic()
+            time.sleep(0.2)
+        stopped_after = time.monotonic() - (logged_at or time.monotonic())
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    output = out.read_text()
+    assert "waits for ever" in (log.read_text() if log.exists() else ""), output[-4000:]
+    assert proc.returncode == 1, output[-4000:]
+    return Run(name, assets, output), stopped_after
+
+
 @pytest.mark.xdist_group("legacy")
 def test_a_run_resumed_from_a_checkpoint_repeats_the_uninterrupted_step_token_for_token(assets):
     """The uninterrupted run's step-1 checkpoint, loaded by a second run (``trainer.resume_mode=resume_path``): its
@@ -322,9 +385,8 @@ def test_a_run_resumed_from_a_checkpoint_repeats_the_uninterrupted_step_token_fo
     lost the state would differ) - and it saves verl_ext's state beside verl's checkpoint. verl's legacy trainer
     orders a batch's rows deterministically and the rollouts are greedy, so nothing else may differ."""
     whole = whole_legacy(assets)
-    resumed = train(assets, "resumed_legacy", "clip_cov", *legacy_overrides(assets), "trainer.resume_mode=resume_path",
-                    f"trainer.resume_from_path={whole.ckpts / 'global_step_1'}", sizes=LEGACY_SIZES, shared_ray=True)
-    assert sorted(resumed.steps) == [2], "the resumed run must start at step 2"
+    resumed, _ = resumed_and_stalled(assets)
+    assert sorted(resumed.steps) == [2], "the resumed run must start at step 2 (and stall before step 3)"
     assert whole.metric(2, "critic/advantages/max") > whole.metric(2, "critic/advantages/min"), "advantages all equal"
     selection = [k for k in whole.steps[2] if k.startswith("actor/clip_cov/")]
     assert {"actor/clip_cov/batch_selected_frac", "actor/clip_cov/batch_cov_selected_mean"} <= set(selection)
@@ -336,6 +398,21 @@ def test_a_run_resumed_from_a_checkpoint_repeats_the_uninterrupted_step_token_fo
     assert lens_rows(resumed)[2] == lens_rows(whole)[2]  # the same tokens, token for token
     for run in (whole, resumed):
         assert (run.ckpts / "global_step_2" / "actor").is_dir() and (run.ckpts / "global_step_2" / STATE).is_file()
+
+
+@pytest.mark.xdist_group("legacy")
+def test_a_weight_sync_that_never_returns_stops_the_run_within_the_stall_bound_naming_it(assets):
+    """The resumed run's weight sync after step 3's checkpoint never returns (every actor and engine alive, so no
+    death to find): no step is logged for longer than ``verl_ext.watchdog.stall_s`` and the watchdog stops the run -
+    exit 1, its last line naming the stall, the weight sync's methods running, the last completed step (3: verl's
+    legacy trainer saves a step's checkpoint before its sync and its log) and the latest checkpoint - within the bound
+    plus a few polls and the run's exit."""
+    resumed, stopped_after = resumed_and_stalled(assets)
+    line = next(x for x in resumed.output.splitlines() if x.startswith("verl_ext: stopped: "))
+    assert f"over the stall bound of {STALL_S} s (verl_ext.watchdog.stall_s={STALL_S}); running: " in line, line
+    assert "update_weights" in line.split("running: ", 1)[1], line
+    assert "last completed step 3, latest checkpoint global_step_3" in line, line  # saved before its sync
+    assert STALL_S < stopped_after < STALL_S + 90, f"stopped {stopped_after:.0f} s after step 2 was logged"
 
 
 @pytest.mark.xdist_group("legacy")

@@ -357,6 +357,36 @@ def test_the_trainers_exception_without_a_watchdog_report_propagates(compose, mo
         main_ppo.run(compose())
 
 
+def test_a_run_whose_samples_failed_ends_naming_the_first_one_not_the_replay_buffers_advice(compose, monkeypatch,
+                                                                                           fake_watchdog, capsys):
+    """verl's replay buffer stops the trainer when every sample of a step failed in the agent loop: the entry point
+    prints the trainer's exception and then, as the run's last line, how many samples failed and the first one's
+    exception (``verl_ext.failures``, as the agent loop workers published them); exit 1."""
+    import verl.trainer.main_ppo as verl_main
+
+    from verl_ext import failures, main_ppo
+
+    def trainer(config, task_runner_class):
+        raise RuntimeError("Sync replay buffer selected terminal groups with no materializable trajectories. Enable "
+                           "trainer.v1.sampler.sync_refill_failed_groups to replace failed groups.")  # fmt: skip
+
+    monkeypatch.setattr(verl_main, "run_ppo", trainer)
+    monkeypatch.setattr(main_ppo, "sample_failures", lambda exc: (16, "ValueError: compute_score cannot parse 'x'"))
+    assert main_ppo.run(compose()) == 1
+    err = capsys.readouterr().err.rstrip().splitlines()
+    assert err[-1] == failures.stopped_line(16, "ValueError: compute_score cannot parse 'x'") == (
+        "verl_ext: stopped: 16 sample(s) failed in verl's rollout or reward loop, the first with ValueError: "
+        "compute_score cannot parse 'x' (logged in full by the agent loop workers above)")
+    assert any("no materializable trajectories" in line for line in err[:-1])
+    # verl_ext's own error names its cause: the failed samples are not blamed for it
+    from verl_ext.trainer.v1 import DynamicSamplingExhausted
+
+    monkeypatch.setattr(verl_main, "run_ppo", lambda config, task_runner_class: (_ for _ in ()).throw(
+        DynamicSamplingExhausted("DAPO dynamic sampling cannot fill the training batch of step 1")))
+    with pytest.raises(DynamicSamplingExhausted):
+        main_ppo.run(compose())
+
+
 def test_the_watchdog_is_built_from_its_keys_and_enable_false_runs_none(compose, monkeypatch, fake_watchdog, capsys):
     import verl.trainer.main_ppo as verl_main
 

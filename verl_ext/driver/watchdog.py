@@ -31,14 +31,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
-from verl_ext.config import PrefixedConfig
 from verl_ext.driver.engine_health import (DEAD_ENGINE_STATUS, HEALTH_TIMEOUT_S, Probe, ServerAddresses,
                                              engine_health, http_address)
+from verl_ext.driver.stall import Stall, StallCheck
+from verl_ext.driver.watchdog_config import HEALTH_FAILURES, POLL_S, WatchdogConfig, watchdog_config
 
-POLL_S = 5.0
-"""Seconds between two reads of Ray's actor table (default of ``verl_ext.watchdog.poll_s``)."""
 EXIT_GRACE_S = 60.0
 """Seconds the entry point has to stop after the TaskRunner is ended before the process exits by itself."""
 SHUTDOWN_S = 20.0
@@ -52,51 +51,8 @@ INTENDED_REASONS = ("RAY_KILL", "OUT_OF_SCOPE", "REF_DELETED", "OWNER_DIED")
 actors), and one that ended with its owner (the owner's own death is what is reported, or the run's normal end)."""
 SERVER_CLASSES = ("vLLMHttpServer",)
 """verl's rollout server actors whose engine's ``/health`` is asked (``verl/workers/rollout/vllm_rollout``)."""
-HEALTH_FAILURES = 2
-"""Failed checks in a row (``poll_s`` apart) that make an engine dead (default of ``verl_ext.watchdog``'s key)."""
 CHECKPOINT_TRACKER = "latest_checkpointed_iteration.txt"
 """verl's record of the latest complete checkpoint, in ``trainer.default_local_dir``."""
-
-
-@dataclass
-class WatchdogConfig(PrefixedConfig):
-    """The ``verl_ext.watchdog`` keys (``configs/verl_ext_base.yaml``)."""
-
-    KEY_PREFIX: ClassVar[str] = "verl_ext.watchdog."
-
-    enable: bool = True
-    """Run the watchdog; false: no watchdog (a dead worker can leave the run waiting for ever)."""
-
-    poll_s: float = POLL_S
-    """Seconds between two reads of Ray's actor table and two rounds of ``/health`` checks (> 0)."""
-
-    health_failures: int = HEALTH_FAILURES
-    """Failed ``/health`` checks in a row (503, or the connection refused) that make an engine dead (>= 1)."""
-
-    health_timeout_s: float = HEALTH_TIMEOUT_S
-    """Seconds one ``/health`` check may take; a slower answer is no answer, not a failure (> 0)."""
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.enable, bool):
-            raise WatchdogConfig.error("enable", f"{self.enable!r} is invalid: allowed true or false")
-        for key in ("poll_s", "health_timeout_s"):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-                raise WatchdogConfig.error(key, f"{value!r} is invalid: allowed a number of seconds > 0")
-            setattr(self, key, float(value))
-        value = self.health_failures
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise WatchdogConfig.error("health_failures", f"{value!r} is invalid: allowed an integer >= 1")
-
-
-def watchdog_config(config: Any) -> WatchdogConfig:
-    """The run's :class:`WatchdogConfig` from its ``verl_ext.watchdog`` node (absent: the defaults); a bad value is a
-    ``ConfigError`` naming the key and the allowed values."""
-    from omegaconf import DictConfig, OmegaConf
-
-    node = OmegaConf.select(config, "verl_ext.watchdog") if isinstance(config, DictConfig) else None
-    values = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
-    return WatchdogConfig.from_mapping(values or {})
 
 
 @dataclass(frozen=True)
@@ -221,7 +177,7 @@ class Watchdog(threading.Thread):
                  health_timeout_s: float = HEALTH_TIMEOUT_S, on_death: Callable[[], None] | None = None,
                  grace_s: float = EXIT_GRACE_S, end_actor: Callable[[str], None] = kill_actor,
                  shutdown: Callable[[], None] = shutdown_ray, exit_process: Callable[[int], None] = os._exit,
-                 blind_s: float = BLIND_S) -> None:  # fmt: skip
+                 blind_s: float = BLIND_S, stall: StallCheck | None = None) -> None:  # fmt: skip
         super().__init__(name="verl_ext-watchdog", daemon=True)
         self.run_log, self.ckpt_dir, self.poll_s, self.grace_s = run_log, ckpt_dir, poll_s, grace_s
         self.health_failures, self.health_timeout_s, self.blind_s = health_failures, health_timeout_s, blind_s
@@ -234,6 +190,7 @@ class Watchdog(threading.Thread):
         self._servers: dict[str, dict[str, Any]] = {}  # actor id -> address, failures in a row
         self._probes: dict[str, Probe] = {}  # actor id -> its check still running
         self._unread: dict[str, list[Any]] = {}  # what it cannot read -> [since, said blind]
+        self._stall = stall
         self._stopped = threading.Event()
         self._reported = threading.Event()
         self.report: str | None = None
@@ -359,11 +316,18 @@ class Watchdog(threading.Thread):
                 self._unreadable("Ray's actor table", repr(exc))
                 continue
             self._readable("Ray's actor table")
+            if death is None and self._stall is not None:
+                try:
+                    death = self._stall.check(job)
+                except Exception as exc:  # as for the table: said, and the watch goes on
+                    self._unreadable("the run's progress (Ray's GCS key-value store)", repr(exc))
+                else:
+                    self._readable("the run's progress (Ray's GCS key-value store)")
             if death is not None:
                 self._stop_run(death)
                 return
 
-    def _stop_run(self, death: Death) -> None:
+    def _stop_run(self, death: Death | Stall) -> None:
         """Report ``death``, end the TaskRunner, and exit the process if the run has not stopped within ``grace_s``:
         whatever fails on the way is said, and the exit still comes."""
         self.report = f"{death.describe()}. The run cannot progress and stops"
@@ -389,7 +353,7 @@ class Watchdog(threading.Thread):
                 finally:
                     self._exit(1)
 
-    def _full_report(self, death: Death) -> str:
+    def _full_report(self, death: Death | Stall) -> str:
         ckpt = latest_checkpoint(self.ckpt_dir)  # a step's checkpoint is written before its log line
         saved = ckpt.removeprefix("global_step_") if ckpt else ""
         known = [n for n in (last_step(self.run_log), int(saved) if saved.isdigit() else None) if n]

@@ -40,6 +40,7 @@ from verl_ext.trainer.hooks import (
     selection_step,
     update_fields,
 )
+from verl_ext.driver.progress import published_progress
 from verl_ext.driver.run_log import continuing_file_log
 from verl_ext.trainer.workers import unwrap_ray_class, use_verl_ext_actor_worker
 
@@ -116,7 +117,8 @@ class VerlExtTaskRunnerImpl(TaskRunner.__ray_actor_class__):
 
     def run(self, config: Any) -> None:
         ensure_registered()
-        with legacy_trainer_class(VerlExtRayPPOTrainer), continuing_file_log(config):
+        with (legacy_trainer_class(VerlExtRayPPOTrainer), continuing_file_log(config),
+              published_progress()):
             super().run(config)
 
 

@@ -66,6 +66,7 @@ from verl_ext.trainer.hooks import (
     selection_step,
     update_fields,
 )
+from verl_ext.driver.progress import published_progress
 from verl_ext.driver.run_log import continuing_file_log
 from verl_ext.config import bounded_dynamic_sampling
 from verl_ext.trainer.advantage_store import with_advantage_store
@@ -306,7 +307,8 @@ class VerlExtTaskRunnerV1Impl(TaskRunnerV1.__ray_actor_class__):
 
     def run(self, config: Any) -> None:
         ensure_registered()
-        with v1_trainer_registered(config.trainer.v1.trainer_mode), continuing_file_log(config):
+        with (v1_trainer_registered(config.trainer.v1.trainer_mode), continuing_file_log(config),
+              published_progress()):
             super().run(config)
 
 
