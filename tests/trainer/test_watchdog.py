@@ -543,7 +543,8 @@ def test_the_yaml_keys_are_the_dataclass_fields_with_its_defaults(compose):
     from omegaconf import OmegaConf
 
     section = OmegaConf.to_container(compose(base=()).verl_ext.watchdog, resolve=True)
-    assert section == {"enable": True, "poll_s": 5.0, "health_failures": 2, "health_timeout_s": 10.0}
+    assert section == {"enable": True, "poll_s": 5.0, "health_failures": 2, "health_timeout_s": 10.0, "stall_s": "auto",
+                       "stall_first_s": 14400.0}
     assert section == {f.name: f.default for f in fields(wd.WatchdogConfig)}
     assert wd.watchdog_config(compose(base=())) == wd.WatchdogConfig()
 
