@@ -336,9 +336,9 @@ def whole_legacy(assets: Path) -> Run:
     return train(assets, "whole_legacy", "clip_cov", *legacy_overrides(assets), sizes=LEGACY_SIZES, shared_ray=True)
 
 
-STALL_S = 30
-"""The stall bound the resumed legacy run sets (``verl_ext.watchdog.stall_s``; ``auto``, every other launch's, would
-wait at least an hour)."""
+STALL_S = 15
+"""The stall bound the resumed legacy run sets (``verl_ext.watchdog.stall_s``, polled every 2 s; ``auto``, every other
+launch's, would wait at least an hour). Its step 3 reaches the weight sync within a few seconds of step 2's log."""
 
 
 @cache
@@ -351,7 +351,7 @@ def resumed_and_stalled(assets: Path) -> tuple[Run, float]:
     env = "ray_kwargs.ray_init.runtime_env.env_vars"
     stall = (f"+{env}.PYTHONPATH={Path(__file__).parent}", f"+{env}.VERL_USE_EXTERNAL_MODULES=_kill_engine_at_sync",
              f"+{env}.VERL_EXT_TEST_STALL_AT_SYNC='3'", f"+{env}.VERL_EXT_TEST_KILL_LOG={log}",
-             f"verl_ext.watchdog.stall_s={STALL_S}")  # fmt: skip
+             f"verl_ext.watchdog.stall_s={STALL_S}", "verl_ext.watchdog.poll_s=2")  # fmt: skip
     command = recipe_command(*legacy_overrides(assets), "trainer.resume_mode=resume_path",
                              f"trainer.resume_from_path={whole.ckpts / 'global_step_1'}", *stall,
                              sizes={**LEGACY_SIZES, "trainer.total_training_steps": 3})  # fmt: skip

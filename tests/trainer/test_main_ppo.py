@@ -842,33 +842,6 @@ def test_v1_fields_go_with_verl_advantage_put(compose, transfer_queue, monkeypat
     assert torch.equal(again["cov_selected"].to_padded_tensor(False), padded["cov_selected"])
 
 
-@pytest.mark.e2e  # starts a Ray cluster
-def test_both_task_runners_start_as_ray_actors():
-    """verl_ext's TaskRunners are constructed as real Ray actors (in a fresh local Ray on 127.0.0.1). Ray pickles
-    the inherited methods of an actor class by value; an inherited ``TaskRunner.__init__`` then failed its
-    ``super()`` call in the actor process (``TypeError: super(type, obj)``)."""
-    import subprocess
-    import sys
-
-    code = (
-        "import ray\n"
-        "from verl_ext.cpu.workarounds import keep_local_ray_on_loopback\n"
-        "keep_local_ray_on_loopback()\n"
-        "ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)\n"
-        "from verl_ext.trainer.legacy import VerlExtTaskRunner\n"
-        "from verl_ext.trainer.v1 import VerlExtTaskRunnerV1\n"
-        "legacy, v1 = VerlExtTaskRunner.remote(), VerlExtTaskRunnerV1.remote()\n"
-        "print(ray.get(legacy.__ray_ready__.remote()), ray.get(v1.__ray_ready__.remote()),\n"
-        "      ray.get(legacy.__ray_call__.remote(lambda self: type(self).__mro__[1].__name__)),\n"
-        "      ray.get(legacy.__ray_call__.remote(lambda self: isinstance(self.role_worker_mapping, dict))))\n"
-        "ray.shutdown()\n"
-    )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "VERL_"))}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-4000:]
-    assert out.stdout.split()[-4:] == ["True", "True", "VerlExtTaskRunnerImpl", "True"]
-
-
 def test_upstream_ulysses_still_patches_only_the_flash_attention_forward(tmp_path):
     """Why ``ulysses_sequence_parallel_size > 1`` needs flash-attention (``check_sequence_parallel``): verl's
     ``apply_monkey_patch`` with ``ulysses_sp_size=2`` puts Ulysses' all-to-all into transformers' flash-attention
