@@ -57,6 +57,8 @@ def selects_e2e(config: pytest.Config) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     if selects_e2e(config) and not hasattr(config, "workerinput"):
         config.option.loadscopereorder = False  # the groups go out longest first (pytest_collection_modifyitems)
+    if hasattr(config, "workerinput") and not selects_e2e(config):
+        share_the_cores(int(config.workerinput.get("workercount", 1)))
     config.addinivalue_line("markers", "engine: runs verl's real FSDP2 TrainingWorker on CPU/gloo (slow-ish)")
     config.addinivalue_line("markers", "e2e: runs verl's whole trainer in CPU mode (Ray, FSDP2, vLLM's CPU engine; minutes); "
                             "the end-to-end tier, python -m pytest -m e2e")  # fmt: skip
@@ -64,6 +66,17 @@ def pytest_configure(config: pytest.Config) -> None:
                             "for a test whose cost is what it proves (its comment says why)")  # fmt: skip
     config.addinivalue_line("markers", "machine_alone: an e2e test that runs while no other e2e test does (its launch "
                             "needs most of the machine's memory)")  # fmt: skip
+
+
+def share_the_cores(workers: int) -> None:
+    """A fast-tier worker's torch runs on its share of the machine's cores (one thread with one worker per core):
+    torch's default, a thread per core in every worker, makes the workers' OpenMP threads wait on each other
+    (the tier's engine and loss tests took 1.2x as long on 2 cores with 2 workers). The processes a test starts keep
+    torch's default."""
+    import psutil
+    import torch
+
+    torch.set_num_threads(max(1, (psutil.cpu_count(logical=False) or 1) // max(1, workers)))
 
 
 MAX_WORKERS = 4

@@ -41,6 +41,7 @@ import pytest
 from _cpu_marks import cpu_only, needs_vllm_cpu
 
 from verl_ext.checks import launch_env
+from verl_ext.testbed.task import write_assets
 
 REPO = Path(__file__).resolve().parents[2]
 HOST_A, HOST_B = "10.77.0.1", "10.77.0.2"
@@ -180,8 +181,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Path:
     home = work / "home"
     home.mkdir()
     assets = work / "assets"
-    subprocess.run([sys.executable, "-m", "verl_ext.testbed.task", "--out", str(assets), "--target-length", "8"],
-                   check=True, capture_output=True, text=True, timeout=300)  # fmt: skip
+    write_assets(assets, 8)  # python -m verl_ext.testbed.task --out ASSETS --target-length 8, in this process
     launch = set(launch_env.names())  # the job's launch variables are the scenario's, not the shell's
     hosts_own = {"http_proxy", "https_proxy", "no_proxy", "all_proxy", "gloo_socket_ifname", "vllm_host_ip"}
     env = {k: v for k, v in os.environ.items()

@@ -102,10 +102,12 @@ class Run:
 
 @pytest.fixture(scope="session")  # kept while the worker runs other files' groups in between
 def assets(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny model and the task data, built once (the recipe's own builder)."""
+    """The tiny model and the task data, built once by the recipe's own builder (``python -m verl_ext.testbed.task``'s,
+    with its defaults, in this process: a launch without them, as the Quick start's, runs the command)."""
+    from verl_ext.testbed.task import write_assets
+
     root = tmp_path_factory.mktemp("cpu_e2e")
-    subprocess.run([sys.executable, "-m", "verl_ext.testbed.task", "--out", str(root), "--target-length", str(LENGTH)],
-                   check=True, capture_output=True, text=True, timeout=300)  # fmt: skip
+    write_assets(root, LENGTH)
     (root / "varied_reward.py").write_text(
         "def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n"
         "    # deterministic, and different across responses and prompts: non-zero advantages for greedy rollouts\n"

@@ -149,30 +149,34 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _dp_worker(rank, world, port, loss, n_micro, out):
+def _dp_worker(rank, world, port, losses, n_micro, out):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         feats, w0, w, old, adv, mask = make_batch()
-        selected = batch_selection(loss, old, adv, mask)  # the driver's selection, sent with the batch
-        rows = torch.arange(B).tensor_split(world)[rank]
-        grad = accumulate(loss, "batch", rows, w, feats, w0, old, adv, mask, selected, n_micro, world, int(mask.sum()))
-        dist.all_reduce(grad)
-        grad /= world  # FSDP / DDP average gradients over ranks
-        if rank == 0:
-            torch.save(grad, out)
+        for loss in losses:
+            selected = batch_selection(loss, old, adv, mask)  # the driver's selection, sent with the batch
+            rows = torch.arange(B).tensor_split(world)[rank]
+            grad = accumulate(loss, "batch", rows, w, feats, w0, old, adv, mask, selected, n_micro, world, int(mask.sum()))
+            dist.all_reduce(grad)
+            grad /= world  # FSDP / DDP average gradients over ranks
+            if rank == 0:
+                torch.save(grad, f"{out}.{loss}")
     finally:
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("loss", ["clip_cov", "kl_cov"])
-def test_batch_scope_same_gradient_on_two_gloo_ranks(loss, tmp_path):
-    feats, w0, w, old, adv, mask = make_batch()
-    selected = batch_selection(loss, old, adv, mask)
-    single = accumulate(loss, "batch", torch.arange(B), w, feats, w0, old, adv, mask, selected, 1, 1, int(mask.sum()))
+def test_batch_scope_same_gradient_on_two_gloo_ranks(tmp_path):
+    """Both batch-scope losses, each rank accumulating its half of the rows in 2 micro-batches, all-reduced: the
+    gradient of one process over the whole batch (one pair of gloo processes runs both losses)."""
+    losses = ("clip_cov", "kl_cov")
     out = tmp_path / "grad.pt"
-    mp.spawn(_dp_worker, args=(2, _free_port(), loss, 2, str(out)), nprocs=2, join=True)
-    torch.testing.assert_close(torch.load(out), single, rtol=1e-10, atol=1e-12)
+    mp.spawn(_dp_worker, args=(2, _free_port(), losses, 2, str(out)), nprocs=2, join=True)
+    feats, w0, w, old, adv, mask = make_batch()
+    for loss in losses:
+        selected = batch_selection(loss, old, adv, mask)
+        single = accumulate(loss, "batch", torch.arange(B), w, feats, w0, old, adv, mask, selected, 1, 1, int(mask.sum()))
+        torch.testing.assert_close(torch.load(f"{out}.{loss}"), single, rtol=1e-10, atol=1e-12, msg=lambda m: f"{loss}: {m}")
 
 
 @pytest.mark.parametrize("loss", ["clip_cov", "kl_cov"])
