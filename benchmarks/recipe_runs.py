@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from verl_ext.checks import launch_env
+from verl_ext.recipe import launch_env
 from verl_ext.demo.runs import read_steps
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,7 +29,7 @@ def recipe_env(**variables: str) -> dict[str, str]:
     names = set(launch_env.names())
     unknown = sorted(set(variables) - names - set(PROCESS_VARIABLES))
     if unknown:
-        raise ValueError(f"{', '.join(unknown)}: not a launch variable (python -m verl_ext.checks.launch_env names); "
+        raise ValueError(f"{', '.join(unknown)}: not a launch variable (python -m verl_ext.recipe.launch_env names); "
                          "give the value as a Hydra override")  # fmt: skip
     env = {k: v for k, v in os.environ.items()
            if (not k.startswith(("VERL_", "RAY_")) or k == "VERL_EXT_CPU_IOMP") and k not in names}  # fmt: skip
@@ -42,7 +42,7 @@ def run_recipe(work: Path, exp: str, args: list[str], timeout: int = 3600, scrip
     """Train ``recipe/<script>.sh ARGS`` (default the Quick start, ``cpu_tiny``) as experiment ``exp`` from the folder
     ``work``, logging to ``work/<exp>.jsonl``; returns the metrics of each step in order. ``args`` are Hydra overrides
     (steps, sizes, seeds, ...); ``variables`` the launcher's variables (``LOSS``, ``SCALE``, ``MODEL``,
-    ``WORK_DIR``, ...: :mod:`verl_ext.checks.launch_env`) and :data:`PROCESS_VARIABLES`. Raises on failure."""
+    ``WORK_DIR``, ...: :mod:`verl_ext.recipe.launch_env`) and :data:`PROCESS_VARIABLES`. Raises on failure."""
     log = work / f"{exp}.jsonl"
     env = recipe_env(EXP_NAME=exp, **variables)
     overrides = [f"++{LOG_KEY}={launch_env.quote(str(log))}", *args]

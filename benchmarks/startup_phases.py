@@ -95,7 +95,7 @@ REBUILD_ASSETS = {"assets_rebuilt"}
 def timed_run(recipe: str, scale_dir: Path, env_extra: dict[str, str], args: tuple[str, ...], log: Path) -> dict[str, float]:
     """One ``SCALE=cpu`` run of one step (``WORK_DIR=scale_dir``); the seconds at which each phase's marker first
     appeared. Raises if the run fails."""
-    from verl_ext.checks import launch_env
+    from verl_ext.recipe import launch_env
 
     launch = set(launch_env.names())  # the run's launch variables are its own, not the shell's
     env = {k: v for k, v in os.environ.items()

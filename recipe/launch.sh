@@ -3,7 +3,7 @@
 # `recipe_launch <name> "$@"`: it launches `python -m verl_ext.main_ppo` with recipe/<name>.yaml, the Hydra
 # composition that holds every value of the recipe. The YAML never reads the environment: the cluster's variables
 # below become Hydra overrides, printed on the command line before your arguments (your overrides come last and win).
-# The list, with the key each one sets: `python -m verl_ext.checks.launch_env table` (docs/recipes.md).
+# The list, with the key each one sets: `python -m verl_ext.recipe.launch_env table` (docs/recipes.md).
 #   MODEL_PATH DATA_DIR TRAIN_FILE VAL_FILE CKPTS_DIR WORK_DIR CKPT NNODES GPUS_PER_NODE GEN_TP SP_SIZE OFFLOAD
 #   PROJECT_NAME EXP_NAME LOGGERS VERL_EXT_CPU_PRECISION
 # Shorthands (each printed as the overrides it stands for):
@@ -39,7 +39,7 @@ recipe_launch() {
     # it whether the launch is CPU mode (scale=cpu)
     local env_overrides=() listed
     listed="$(mktemp)"
-    if ! "$PYTHON" -m verl_ext.checks.launch_env overrides "$name" "$@" >"$listed"; then
+    if ! "$PYTHON" -m verl_ext.recipe.launch_env overrides "$name" "$@" >"$listed"; then
         rm -f "$listed"
         exit 2
     fi
@@ -50,7 +50,7 @@ recipe_launch() {
     # CPU mode (recipe/cpu_tiny.sh, SCALE=cpu or a scale=cpu argument: launch_env's rule): every process of the run
     # (Ray workers, vLLM) inherits VERL_PLATFORM=cpu; the entry point checks it agrees with the composition
     local platform
-    platform="$("$PYTHON" -m verl_ext.checks.launch_env platform "$name" "$@")" || exit 2
+    platform="$("$PYTHON" -m verl_ext.recipe.launch_env platform "$name" "$@")" || exit 2
     if [[ "$platform" == cpu ]]; then
         export VERL_PLATFORM=cpu
     fi

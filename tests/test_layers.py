@@ -1,6 +1,6 @@
 """The package layout holds: every module's verl_ext imports go to its own package or to a lower one.
 
-Levels (docs/ARCHITECTURE.md): config, contract, versions, failures 0; losses, control, cpu, analysis, evaluation 1; registration, testbed 2;
+Levels (docs/ARCHITECTURE.md): config, contract, versions, gcs_store, recipe 0; losses, control, cpu, analysis, evaluation, failures 1; registration, testbed, configs 2;
 driver 3; trainer 4; checks 5; demo 6; the package root and the ``python -m`` entry points above everything. Imports
 inside functions count too, and no two modules import each other, directly or through others.
 """
@@ -14,12 +14,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "verl_ext"
+OUTSIDE = {"verl_ext.configs": ROOT / "configs", "verl_ext.recipe": ROOT / "recipe"}
+"""The packages the wheel installs from folders beside ``verl_ext/`` (pyproject's ``package-dir``)."""
 
 LEVELS = {
     "verl_ext.config": 0,
     "verl_ext.contract": 0,
     "verl_ext.versions": 0,
-    "verl_ext.failures": 0,
+    "verl_ext.recipe": 0,
+    "verl_ext.gcs_store": 0,
+    "verl_ext.failures": 1,
     "verl_ext.losses": 1,
     "verl_ext.control": 1,
     "verl_ext.cpu": 1,
@@ -27,6 +31,7 @@ LEVELS = {
     "verl_ext.evaluation": 1,
     "verl_ext.registration": 2,
     "verl_ext.testbed": 2,
+    "verl_ext.configs": 2,
     "verl_ext.driver": 3,
     "verl_ext.trainer": 4,
     "verl_ext.checks": 5,
@@ -45,9 +50,17 @@ def unit_of(module: str) -> str:
     return parts[0]
 
 
+def package_dir(package: str) -> Path:
+    """The folder of a package of :data:`LEVELS`."""
+    return OUTSIDE.get(package, PACKAGE / package.split(".")[-1])
+
+
 def module_name(path: Path) -> str:
-    rel = path.relative_to(ROOT).with_suffix("")
-    parts = list(rel.parts)
+    outside = next((unit for unit, folder in OUTSIDE.items() if path.is_relative_to(folder)), None)
+    if outside is not None:
+        parts = [*outside.split("."), *path.relative_to(OUTSIDE[outside]).with_suffix("").parts]
+    else:
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -67,7 +80,9 @@ def verl_ext_imports(path: Path) -> list[tuple[int, str]]:
     return found
 
 
-MODULES = sorted(PACKAGE.rglob("*.py"))
+MODULES = sorted(PACKAGE.rglob("*.py")) + sorted(p for folder in OUTSIDE.values() for p in folder.rglob("*.py"))
+PACKAGES = [p for p in LEVELS if (package_dir(p) / "__init__.py").exists()]
+"""The units of :data:`LEVELS` that are packages (their ``__init__`` says what lives there and what they import)."""
 
 
 def test_every_module_belongs_to_a_known_unit():
@@ -89,11 +104,36 @@ def test_no_module_imports_a_higher_or_sibling_package(path):
         )
 
 
-@pytest.mark.parametrize("package", [p for p in LEVELS if (PACKAGE / p.split(".")[-1] / "__init__.py").exists()])
+@pytest.mark.parametrize("package", PACKAGES)
 def test_each_package_says_what_lives_there_and_what_it_may_import(package):
-    doc = ast.get_docstring(ast.parse((PACKAGE / package.split(".")[-1] / "__init__.py").read_text())) or ""
+    doc = ast.get_docstring(ast.parse((package_dir(package) / "__init__.py").read_text())) or ""
     assert len(doc.splitlines()) >= 3, f"{package}/__init__.py needs a docstring map"
     assert "may import" in doc.lower(), f"{package}/__init__.py must say what it may import"
+
+
+def declared_imports(package: str) -> set[str]:
+    """The verl_ext units a package's ``__init__`` docstring says it may import: the ones it names in its "May
+    import" paragraph (````verl_ext.x```` or ````x````), or every lower one when it says "every lower"."""
+    import re
+
+    doc = ast.get_docstring(ast.parse((package_dir(package) / "__init__.py").read_text())) or ""
+    para = next(p for p in doc.split("\n\n") if "may import" in p.lower())
+    text = para[para.lower().index("may import"):]
+    if "every lower" in text.lower():
+        return {unit for unit, level in LEVELS.items() if level < LEVELS[package]}
+    return {f"verl_ext.{name}" for name in re.findall(r"``(?:verl_ext\.)?([a-z_]+)``", text)} & set(LEVELS)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_each_packages_docstring_names_every_verl_ext_package_it_imports(package):
+    """The words hold as the arrows do: what a package's modules import of verl_ext is among what its ``__init__``
+    says it may import."""
+    imported = set()
+    for path in MODULES:
+        if unit_of(module_name(path)) == package:
+            imported |= {unit_of(target) for _, target in verl_ext_imports(path)} - {package}
+    assert imported <= declared_imports(package), (
+        f"{package}/__init__.py's 'May import' leaves out {sorted(imported - declared_imports(package))}")
 
 
 def test_test_file_names_are_unique():

@@ -39,8 +39,15 @@ def test_ray_init_in_the_test_process_is_refused():
     ],
 )
 def test_a_launch_in_a_subprocess_of_the_test_is_refused(what, code):
-    """Whatever a test starts inherits the guard: a recipe script, ``python -m verl_ext.main_ppo``, a worker."""
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    """Whatever a test starts inherits the guard: a recipe script, ``python -m verl_ext.main_ppo``, a worker. The Ray
+    case is a plain ``python -c``; the vLLM case a fresh interpreter forked from the tests' zygote (itself started
+    with the test's environment: tests/_fresh_python.py), which spares the torch import before vLLM's."""
+    if what == "Ray node":
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    else:
+        import _fresh_python
+
+        proc = _fresh_python.run(code, env=dict(os.environ))
     assert proc.returncode != 0
     assert f"{GUARD}: this test started a {what}" in proc.stderr, proc.stderr[-3000:]
 

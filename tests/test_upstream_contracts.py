@@ -343,11 +343,12 @@ PATCHES: list[Patch] = [
     Patch("tracking_log", "verl.utils.tracking:Tracking.log", "wraps", "driver.progress",
           "both trainers log every step through it, whatever the loggers: each logged step is the run's progress for "
           "the stall check", ALL, params=("self", "data", "step", "backend")),
-    Patch("ray_internal_kv_put", "ray.experimental.internal_kv:_internal_kv_put", "calls", "driver.progress",
-          "the TaskRunner writes the run's last logged step to the GCS's key-value store, on any node", ALL,
+    Patch("ray_internal_kv_put", "ray.experimental.internal_kv:_internal_kv_put", "calls", "gcs_store",
+          "the TaskRunner writes the run's last logged step, and each worker its failed samples, to the GCS's "
+          "key-value store, on any node", ALL,
           params=("key", "value", "overwrite", "namespace")),
-    Patch("ray_internal_kv_get", "ray.experimental.internal_kv:_internal_kv_get", "calls", "driver.progress",
-          "the watchdog reads it from the driver", ALL, params=("key", "namespace")),
+    Patch("ray_internal_kv_get", "ray.experimental.internal_kv:_internal_kv_get", "calls", "gcs_store",
+          "the watchdog and the entry point read them from the driver", ALL, params=("key", "namespace")),
     Patch("ray_task_events", "ray._private.state:GlobalState._get_all_task_events", "reads", "driver.progress",
           "the GCS's task events (each task's info and state time stamps, no dashboard by default) name the actor "
           "methods a stalled run is running", ALL, params=("self",),
@@ -359,7 +360,7 @@ PATCHES: list[Patch] = [
           params=("prompt", "sampling_params", "trajectory", "trace"),
           source=('f"Error in _run_prompt for uid={uid}",', "exc_info=(type(error), error, error.__traceback__),"),
           also="tests/trainer/test_failures.py::test_a_failed_sample_is_counted_from_verls_agent_loop_log_record"),
-    Patch("ray_internal_kv_list", "ray.experimental.internal_kv:_internal_kv_list", "calls", "failures",
+    Patch("ray_internal_kv_list", "ray.experimental.internal_kv:_internal_kv_list", "calls", "gcs_store",
           "the entry point lists every worker's count of failed samples by their keys' prefix", ALL,
           params=("prefix", "namespace")),
     Patch("ray_actor_table", "ray._private.state:actors", "reads", "driver.watchdog",

@@ -6,28 +6,27 @@ in its own worker process), and marks the prompt failed; when no sample of a ste
 the run with advice about refilling failed groups, thousands of log lines after the cause. :class:`SampleFailures`, a
 logging handler on that logger (:func:`install`, from the ``verl.plugins`` entry point in every verl process), counts
 those records and keeps the first one's exception; each worker publishes its count and first exception to Ray's GCS
-at each record (one small write per failed sample), and the entry point reads them (:func:`read_failures`) when the trainer stops with an
-exception, so that the run's last line is the cause. Imports nothing of verl_ext.
+at each record (one small write per failed sample, :mod:`verl_ext.gcs_store`), and the entry point reads them
+(:func:`read_failures`) when the trainer stops with an exception, so that the run's last line is the cause. Imports
+:mod:`verl_ext.gcs_store` only (level 0).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
-from typing import Any
+
+from verl_ext import gcs_store
 
 AGENT_LOOP_LOGGER = "verl.trainer.ppo.v1.agent_loop_tq"
 """verl's V1 agent loop's logger, which logs each failed sample with its exception."""
 MESSAGE_PREFIX = "Error in _run_prompt"
 """How that logger's record of a failed sample begins."""
-NAMESPACE = "verl_ext"
-"""The GCS key-value namespace of verl_ext's keys."""
 
 
-def _key(job: str, pid: int | None = None) -> bytes:
-    return f"failures/{job}/{'' if pid is None else pid}".encode()
+def _key(job: str, pid: int | None = None) -> str:
+    return f"failures/{job}/{'' if pid is None else pid}"
 
 
 def _cause(error: BaseException) -> BaseException:
@@ -64,11 +63,9 @@ class SampleFailures(logging.Handler):
 
     def publish(self) -> None:
         import ray
-        from ray.experimental import internal_kv
 
         job = ray.get_runtime_context().get_job_id()
-        value = json.dumps({"count": self.count, "first": self.first, "time": self.first_at}).encode()
-        internal_kv._internal_kv_put(_key(job, os.getpid()), value, overwrite=True, namespace=NAMESPACE)
+        gcs_store.put(_key(job, os.getpid()), {"count": self.count, "first": self.first, "time": self.first_at})
 
 
 _handler: SampleFailures | None = None
@@ -86,14 +83,7 @@ def install() -> SampleFailures:
 def read_failures(job: str) -> tuple[int, str] | None:
     """The samples of this job that failed in the agent loop, over every worker: (count, the earliest first
     exception), or ``None`` if none did (or none was published)."""
-    from ray.experimental import internal_kv
-
-    keys = internal_kv._internal_kv_list(_key(job), namespace=NAMESPACE) or []
-    found: list[dict[str, Any]] = []
-    for key in keys:
-        raw = internal_kv._internal_kv_get(key, namespace=NAMESPACE)
-        if raw:
-            found.append(json.loads(raw))
+    found = gcs_store.get_all(_key(job))
     if not found:
         return None
     first = min(found, key=lambda item: item["time"])
@@ -112,5 +102,5 @@ def stopped_line(count: int, first: str) -> str:
             "(logged in full by the agent loop workers above)")
 
 
-__all__ = ["AGENT_LOOP_LOGGER", "MESSAGE_PREFIX", "NAMESPACE", "SampleFailures", "install", "own_error", "read_failures",
+__all__ = ["AGENT_LOOP_LOGGER", "MESSAGE_PREFIX", "SampleFailures", "install", "own_error", "read_failures",
            "stopped_line"]

@@ -26,7 +26,7 @@ trainer waiting for ever. ``verl_ext.watchdog.*`` sets it; ``verl_ext.watchdog.e
 bad key, without starting Ray.
 
 A recipe (``recipe/<name>.yaml``, launched by ``recipe/<name>.sh`` with ``--config-path``/``--config-name``) holds
-values only; its launcher turned the cluster's variables into overrides (:mod:`verl_ext.checks.launch_env`). The
+values only; its launcher turned the cluster's variables into overrides (:mod:`verl_ext.recipe.launch_env`). The
 config is resolved first; :mod:`verl_ext.checks.recipe_startup` makes a recipe's paths absolute, prints what a CPU
 scale changes, builds the CPU recipes' assets where missing and sends wandb offline without a key. Before training,
 the resolved config is saved beside the checkpoints (``<trainer.default_local_dir>/resolved_config.yaml``), and
@@ -55,7 +55,8 @@ from verl_ext.cpu import precision as cpu_precision
 from verl_ext.cpu import precision_probe
 from verl_ext.cpu.workarounds import keep_local_ray_on_loopback, private_ray_token_file
 from verl_ext.driver.watchdog import Watchdog, watchdog_config
-from verl_ext.checks import recipe_startup, resolvers
+from verl_ext.checks import recipe_startup
+from verl_ext.configs import resolvers
 from verl_ext.checks.dry_run import dry_run, error_line, validate
 from verl_ext.registration import ensure_registered
 from verl_ext.checks.validation import ConfigError, ray_cluster_address
@@ -220,11 +221,12 @@ REPORT_WAIT_S = 45.0
 node is unreachable (``ActorUnavailableError``) before Ray's health checks mark the node dead (~15 s by default)."""
 
 
-PEER_LOST = re.compile(r"connection (closed|reset) by peer|ncclRemoteError|remote process exited|broken pipe",
-                       re.IGNORECASE)
+PEER_LOST = re.compile(r"connection (closed|reset) by peer|ncclRemoteError|remote process exited|"
+                       r"gloo/transport/\S*\].*broken pipe", re.IGNORECASE)
 """Words of gloo and NCCL for a collective whose peer is gone: a rank that survives its node's loss fails its next
 collective with them (a ``RuntimeError`` or ``torch.distributed.DistError`` raised in the worker), often before Ray
-reports the lost node's actors."""
+reports the lost node's actors. A broken pipe counts only in gloo's transport's message (a ``[.../gloo/transport/
+tcp/pair.cc:N]`` line): any other, such as a closed output pipe, is not a lost peer."""
 
 
 def lost_a_worker(exc: BaseException) -> bool:

@@ -10,7 +10,7 @@
 #   RAY_AUTH_TOKEN_PATH (the cluster's token file, ~/.ray/auth_token; ray_head.sh made it): sent with the
 #   submission, never put into the job's environment (the job runs inside the cluster, which has it),
 #   and the launch variables, forwarded to the job when set (recipe/launch.sh turns them into Hydra overrides there):
-#   every name of `python -m verl_ext.checks.launch_env names` (MODEL_PATH, DATA_DIR, ..., SCALE, MODEL, LOSS,
+#   every name of `python -m verl_ext.recipe.launch_env names` (MODEL_PATH, DATA_DIR, ..., SCALE, MODEL, LOSS,
 #   DRY_RUN) but the launcher's PRINT_CMD (the job would print its command and train nothing) and PYTHON (this
 #   machine's interpreter; the job runs the nodes' python3), plus WANDB_MODE HF_HOME HF_HUB_OFFLINE
 #   HF_DATASETS_OFFLINE. They are checked here with the Hydra arguments before submitting (a bad one exits 2 naming
@@ -63,8 +63,8 @@ shift
 [[ "$address" =~ ^https?://[^/]+$ ]] \
     || die "Ray address '$address' (--address / RAY_ADDRESS) is invalid: expected the dashboard URL, e.g. http://10.0.0.1:8265"
 PYTHON="${PYTHON:-python3}"
-launch_names="$("$PYTHON" -m verl_ext.checks.launch_env names)" \
-    || die "'$PYTHON -m verl_ext.checks.launch_env names' failed: install verl_ext here (or set PYTHON to an interpreter that has it)"
+launch_names="$("$PYTHON" -m verl_ext.recipe.launch_env names)" \
+    || die "'$PYTHON -m verl_ext.recipe.launch_env names' failed: install verl_ext here (or set PYTHON to an interpreter that has it)"
 FORWARDED_VARS=()
 for name in $launch_names; do
     [[ " ${LAUNCHER_ONLY[*]} " == *" $name "* ]] || FORWARDED_VARS+=("$name")
@@ -72,7 +72,7 @@ done
 FORWARDED_VARS+=("${OTHER_FORWARDED[@]}")
 # the job's launcher would reject a bad variable on the cluster: reject it here, before anything is submitted, with
 # the job's arguments (a scale=cpu argument makes the launch CPU mode, which takes CPU mode's variables)
-"$PYTHON" -m verl_ext.checks.launch_env overrides "$recipe" "$@" >/dev/null || exit 2
+"$PYTHON" -m verl_ext.recipe.launch_env overrides "$recipe" "$@" >/dev/null || exit 2
 
 stage="$(mktemp -d "${TMPDIR:-/tmp}/verl_ext_job.XXXXXX")"
 trap 'rm -rf "$stage"' EXIT

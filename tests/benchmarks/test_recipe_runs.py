@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import bench_precision, bench_trainer, recipe_runs
-from verl_ext.checks.launch_env import quote
+from verl_ext.recipe.launch_env import quote
 
 
 @pytest.fixture()

@@ -3,7 +3,6 @@ run through verl's trainer is in tests/e2e/test_e2e_cpu.py (the auto_cov run wit
 
 from __future__ import annotations
 
-import argparse
 import shlex
 import shutil
 import subprocess
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from verl_ext.demo.cli import main, parse_runs
+from verl_ext.demo.cli import main
 from verl_ext.demo.runs import MODELS, STEP_LINE, DemoSettings, recipe_script, run_command
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,22 +37,6 @@ def test_bad_arguments_exit_2_naming_the_flag_and_the_allowed_values(argv, messa
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "train.log").exists()  # refused before anything ran
-
-
-def test_the_former_run_name_autopilot_is_auto_cov_with_a_deprecation_warning(tmp_path, capsys):
-    """``--losses autopilot`` (a deprecated alias, for one release) is the ``auto_cov`` run: the flag's parser maps
-    it and warns (a ``DeprecationWarning`` and a printed line naming ``auto_cov``); the demo then treats it as
-    ``auto_cov`` (here: refused for want of ``--entropy-target``, before anything runs)."""
-    with pytest.warns(DeprecationWarning, match="--losses autopilot is deprecated .*use auto_cov"):
-        assert parse_runs("vanilla,autopilot") == ["vanilla", "auto_cov"]
-    assert "warning: --losses autopilot is deprecated" in capsys.readouterr().err
-    with pytest.warns(DeprecationWarning, match="use auto_cov"), pytest.raises(SystemExit) as exc:
-        main(["--out", str(tmp_path), "--losses", "autopilot"])
-    assert exc.value.code == 2
-    assert "--losses auto_cov: needs --entropy-target" in capsys.readouterr().err
-    assert not (tmp_path / "train.log").exists()
-    with pytest.warns(DeprecationWarning), pytest.raises(argparse.ArgumentTypeError, match="names a run twice"):
-        parse_runs("autopilot,auto_cov")
 
 
 def _tracked(*paths: str) -> list[str]:

@@ -40,7 +40,7 @@ from pathlib import Path
 import pytest
 from _cpu_marks import cpu_only, needs_vllm_cpu
 
-from verl_ext.checks import launch_env
+from verl_ext.recipe import launch_env
 from verl_ext.testbed.task import write_assets
 
 REPO = Path(__file__).resolve().parents[2]

@@ -31,7 +31,7 @@ import pytest
 import torch
 from _cpu_marks import cpu_only, needs_vllm_cpu
 
-from verl_ext.checks import launch_env
+from verl_ext.recipe import launch_env
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "recipe" / "cpu_tiny.sh"

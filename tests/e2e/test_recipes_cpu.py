@@ -35,7 +35,7 @@ import _shared_ray
 import pytest
 from _cpu_marks import cpu_only, needs_vllm_cpu
 
-from verl_ext.checks import launch_env
+from verl_ext.recipe import launch_env
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 2

@@ -227,7 +227,7 @@ LAUNCH_VALUES = {"MODEL_PATH": "/m", "DATA_DIR": "/d", "TRAIN_FILE": "a.parquet"
                  "GEN_TP": "1", "SP_SIZE": "1", "OFFLOAD": "0", "PROJECT_NAME": "p", "EXP_NAME": "e",
                  "LOGGERS": "console", "VERL_EXT_CPU_PRECISION": "fp32", "SCALE": "cpu", "LOSS": "vanilla",
                  "DRY_RUN": "1", "PRINT_CMD": "0", "PYTHON": sys.executable}  # fmt: skip
-"""A valid value of every launch variable (``python -m verl_ext.checks.launch_env names``)."""
+"""A valid value of every launch variable (``python -m verl_ext.recipe.launch_env names``)."""
 
 
 @pytest.mark.parametrize(("recipe", "model", "unused"), [("eval", "tiny", {"LOSS"}),
@@ -235,7 +235,7 @@ LAUNCH_VALUES = {"MODEL_PATH": "/m", "DATA_DIR": "/d", "TRAIN_FILE": "a.parquet"
 def test_submit_forwards_every_launch_variable_but_the_launchers_own(fake_ray, recipe, model, unused):
     """Every launch variable the recipe takes reaches the job, and the non-recipe variables of the run's processes;
     PRINT_CMD and PYTHON (this machine's switches) do not. The list is the launcher's own."""
-    from verl_ext.checks import launch_env
+    from verl_ext.recipe import launch_env
 
     assert set(launch_env.names()) == set(LAUNCH_VALUES) | {"MODEL"}
     given = {k: v for k, v in LAUNCH_VALUES.items() if k not in unused}

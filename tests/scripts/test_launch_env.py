@@ -1,4 +1,4 @@
-"""recipe/launch.sh and its one list of variables (verl_ext.checks.launch_env): ``PRINT_CMD=1`` prints every override
+"""recipe/launch.sh and its one list of variables (verl_ext.recipe.launch_env): ``PRINT_CMD=1`` prints every override
 the environment produced, before the user's arguments; a variable that does not apply to the recipe, a bad flag or a
 bad choice exits 2 naming it; generic names (STEPS, N, LR, ...) are not read. Nothing here imports verl."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from verl_ext.checks import launch_env
+from verl_ext.recipe import launch_env
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE_DIR = REPO / "recipe"
@@ -58,7 +58,7 @@ def test_the_list_is_the_documented_one_and_launch_sh_names_each():
 
 
 def test_launch_env_imports_nothing_of_verl():
-    code = "import sys, verl_ext.checks.launch_env; print(sorted(m for m in sys.modules if m.split('.')[0] == 'verl'))"
+    code = "import sys, verl_ext.recipe.launch_env; print(sorted(m for m in sys.modules if m.split('.')[0] == 'verl'))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
 
@@ -161,7 +161,7 @@ def test_the_launcher_exports_cpu_mode_as_the_list_decides_it(name, args, variab
                          cwd=tmp_path, timeout=60)  # fmt: skip
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == f"VERL_PLATFORM={platform}"
-    cli = subprocess.run([sys.executable, "-m", "verl_ext.checks.launch_env", "platform", name, *args],
+    cli = subprocess.run([sys.executable, "-m", "verl_ext.recipe.launch_env", "platform", name, *args],
                          capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
     assert cli.returncode == 0 and cli.stdout.strip() == ("gpu" if platform == "unset" else "cpu"), cli.stderr
 
@@ -226,7 +226,7 @@ def test_a_value_is_quoted_for_hydra_and_numbers_pass_as_written():
 def test_the_command_line_interface(tmp_path):
     def cli(*args: str, **variables: str) -> subprocess.CompletedProcess:
         env = {**clean_env(tmp_path, **variables)}
-        return subprocess.run([sys.executable, "-m", "verl_ext.checks.launch_env", *args], capture_output=True,
+        return subprocess.run([sys.executable, "-m", "verl_ext.recipe.launch_env", *args], capture_output=True,
                               text=True, env=env, timeout=60)  # fmt: skip
 
     assert cli("names").stdout.split() == list(DOCUMENTED)

@@ -1,4 +1,4 @@
-"""A launch variable's text reaches the config exactly as given (``verl_ext.checks.launch_env.quote``): the override
+"""A launch variable's text reaches the config exactly as given (``verl_ext.recipe.launch_env.quote``): the override
 it becomes is read by Hydra's override parser (quoted strings: ``hydra/grammar/OverrideLexer.g4``) and the value then
 resolved by OmegaConf (``${...}`` interpolations), and both must give back the original string - spaces, quotes,
 backslashes (single, doubled, trailing), commas, ``$``, ``${x}``, ``=`` included. The oracle is the string given."""
@@ -11,7 +11,7 @@ import pytest
 from omegaconf import OmegaConf
 from recipe_pins import case_env, compose, compose_script, environment, launch_command, split_command
 
-from verl_ext.checks import launch_env
+from verl_ext.recipe import launch_env
 
 EDGE_CASES = ["", " ", "plain", "two words", "it's", 'say "hi"', "'", '"', "''", "\\", "\\\\", "a\\b", "a\\\\b",
               "trailing\\", "trailing\\\\", "\\'", "\\\\'", "'\\", "${x}", "\\${x}", "\\\\${x}", "${", "$", "$$", "$x",

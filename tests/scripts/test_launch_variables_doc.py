@@ -1,4 +1,4 @@
-"""docs/recipes.md's table of the launcher's variables is the list the launcher reads (``verl_ext.checks.launch_env``),
+"""docs/recipes.md's table of the launcher's variables is the list the launcher reads (``verl_ext.recipe.launch_env``),
 printed between its markers: a variable added, renamed or removed in one place and not the other fails here."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from verl_ext.checks import launch_env
+from verl_ext.recipe import launch_env
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "recipes.md"
-BLOCK = re.compile(r"<!-- launch-variables: python -m verl_ext.checks.launch_env table -->\n(.*?)\n<!-- /launch-variables -->",
+BLOCK = re.compile(r"<!-- launch-variables: python -m verl_ext.recipe.launch_env table -->\n(.*?)\n<!-- /launch-variables -->",
                    re.S)  # fmt: skip
 
 

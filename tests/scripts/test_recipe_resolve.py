@@ -17,7 +17,7 @@ import pytest
 import yaml
 from launch_record import run_launcher
 
-from verl_ext.checks import launch_env
+from verl_ext.recipe import launch_env
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE_DIR = REPO / "recipe"

@@ -24,7 +24,7 @@ from launch_record import run_launcher
 from recipe_pins import (GPU_RECIPES, OTHER_VARIABLES, case_env, compose, compose_command, compose_script, environment,
                          launch_command, split_command)  # fmt: skip
 
-from verl_ext.checks import launch_env
+from verl_ext.recipe import launch_env
 from verl_ext.config import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ import pytest
 from omegaconf import OmegaConf
 from recipe_pins import OTHER_VARIABLES, compose, compose_script, environment
 
-from verl_ext.checks import launch_env
+from verl_ext.recipe import launch_env
 from verl_ext.checks.recipe_startup import SAVED_CONFIG, resolved, save_resolved
 
 CASES = {

@@ -15,7 +15,7 @@ import pytest
 from omegaconf import OmegaConf
 from recipe_pins import compose_script
 
-from verl_ext.checks.launch_env import BY_NAME
+from verl_ext.recipe.launch_env import BY_NAME
 from verl_ext.checks.recipe_checks import TP_KEY, check_rollout_parallelism
 from verl_ext.config import ConfigError
 

@@ -14,7 +14,7 @@ import pytest
 from _trainer_fakes import CLUSTER
 from launch_record import run_main_ppo
 
-from verl_ext.checks import launch_env
+from verl_ext.recipe import launch_env
 
 PROMPT = [{"role": "user", "content": "What is 3 plus 4?"}]
 

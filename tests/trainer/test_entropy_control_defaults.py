@@ -38,18 +38,3 @@ def test_the_check_finds_each_kind_of_drift(section):
     drifted.update(kp=9.0, ratio_max=1, typo_key=True)
     assert drift(drifted) == ["auto_lag: not in the YAML", "kp: dataclass 10.0, YAML 9.0",
                               "ratio_max: dataclass 0.2, YAML 1", "typo_key: not a field of EntropyControlConfig"]  # fmt: skip
-
-
-def test_the_old_module_path_still_works_for_one_release_with_a_deprecation_warning():
-    """``verl_ext.control.autopilot`` (the former name) re-exports the controller and its config, and warns."""
-    import importlib
-    import sys
-
-    from verl_ext.control import config, entropy_control
-
-    sys.modules.pop("verl_ext.control.autopilot", None)
-    with pytest.warns(DeprecationWarning, match="verl_ext.control.entropy_control"):
-        old = importlib.import_module("verl_ext.control.autopilot")
-    assert old.EntropyController is entropy_control.EntropyController
-    assert old.EntropyControlConfig is config.EntropyControlConfig
-    assert old.AUTOPILOT_CONFIG_PREFIX == config.ENTROPY_CONTROL_CONFIG_PREFIX == "verl_ext.entropy_control."

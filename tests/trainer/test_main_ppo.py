@@ -225,6 +225,64 @@ def test_bad_values_name_the_key(compose, overrides, key, words):
     assert all(w in err for w in words), err
 
 
+@pytest.mark.parametrize("planted", ["policy_loss_post_init", "check_verl_ext"])
+def test_a_bug_in_verl_exts_validation_is_a_traceback_not_an_invalid_config(compose, monkeypatch, tmp_path, planted):
+    """A ``TypeError`` raised by verl_ext's own code while a config is validated - planted at the top of the policy
+    loss's ``__post_init__`` (run while verl's dataclass of the actor is built) or in verl_ext's checks - is a bug: it
+    propagates with its traceback from the dry run and from the entry point (as itself, or inside the error of
+    Hydra's instantiation that met it), never the one line of a bad value. The same config passes unplanted, and a
+    bad value verl's own ``__post_init__`` rejects is still the one line (``ppo_micro_batch_size_per_gpu=null`` in the
+    table above)."""
+    from hydra.errors import InstantiationException
+
+    import verl_ext.checks.dry_run as dry_run_module
+    import verl_ext.main_ppo as main_ppo
+    from verl_ext.config import PolicyLossConfig
+
+    assert dry(compose())[0] == 0
+
+    def bug(*_args, **_kwargs):
+        raise TypeError("a bug planted in verl_ext")
+
+    if planted == "policy_loss_post_init":
+        monkeypatch.setattr(PolicyLossConfig, "__post_init__", bug)
+    else:
+        monkeypatch.setattr(dry_run_module, "check_verl_ext", bug)
+    with pytest.raises((TypeError, InstantiationException), match="a bug planted in verl_ext"):
+        dry(compose())
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises((TypeError, InstantiationException), match="a bug planted in verl_ext"):
+        main_ppo.run(compose("verl_ext.dry_run=true"))
+
+
+def test_a_failed_import_of_verls_v1_trainer_names_its_module_and_only_its_requirements_get_the_install_hint(monkeypatch):
+    """``trainer.use_v1=true`` imports verl's V1 trainer: a missing TransferQueue (or a package it brings) is the
+    config-time line with the install command; any other import failure propagates naming the module that failed."""
+    import importlib
+
+    from omegaconf import OmegaConf
+
+    from verl_ext.checks import validation
+    from verl_ext.config import ConfigError
+
+    real = importlib.import_module
+    cfg = OmegaConf.create({"trainer": {"use_v1": True}})
+    for missing, hinted in (("transfer_queue", True), ("cachetools", True), ("some_broken_dependency", False)):
+        def fail(name, *args, missing=missing):
+            if name == "verl.trainer.ppo.v1":
+                raise ModuleNotFoundError(f"No module named '{missing}'", name=missing)
+            return real(name, *args)
+
+        monkeypatch.setattr(validation.importlib, "import_module", fail)
+        if hinted:
+            with pytest.raises(ConfigError, match="pip install TransferQueue") as told:
+                validation.check_trainer(cfg)
+            assert told.value.key == "trainer.use_v1" and missing in told.value.message
+        else:
+            with pytest.raises(ModuleNotFoundError, match=missing):
+                validation.check_trainer(cfg)
+
+
 @pytest.mark.parametrize(
     "overrides, warns",
     [
@@ -921,7 +979,10 @@ def test_v1_dapo_sampling_stops_with_an_error_after_max_num_gen_batches(compose)
 @pytest.mark.parametrize("target", ["validate_config", "omega_conf_to_dataclass"])
 def test_dry_run_lets_a_failure_that_is_not_a_bad_value_propagate(compose, monkeypatch, target):
     """A bug or an environment failure inside verl's validation is not an "invalid config": it propagates with its
-    traceback; a ValueError there (verl's way of reporting a bad value) stays the one-line message."""
+    traceback; a ValueError raised there (verl's way of reporting a bad value) stays the one-line message, and the
+    same ValueError raised outside verl's code is not one (``verl_ext.checks.dry_run.raised_by_verl``)."""
+    import types
+
     import verl.utils.config as verl_config
 
     real = getattr(verl_config, target)
@@ -936,7 +997,11 @@ def test_dry_run_lets_a_failure_that_is_not_a_bad_value_propagate(compose, monke
     def bad_value(*args, **kwargs):
         raise ValueError("actor_rollout_ref.actor.ppo_mini_batch_size=7 must divide the batch")
 
-    monkeypatch.setattr(verl_config, target, bad_value)
+    monkeypatch.setattr(verl_config, target, bad_value)  # raised in this test's module: not verl's word
+    with pytest.raises(ValueError, match="must divide the batch"):
+        dry(compose())
+    in_verl = types.FunctionType(bad_value.__code__, {**bad_value.__globals__, "__name__": verl_config.__name__})
+    monkeypatch.setattr(verl_config, target, in_verl)  # the same raise, in a frame of verl.utils.config
     status, out, err = dry(compose())
     assert status == 2 and out == ""
     assert err.strip() == ("verl_ext: invalid config: actor_rollout_ref.actor.ppo_mini_batch_size: "
@@ -1044,6 +1109,10 @@ def test_rays_errors_of_a_lost_worker_are_told_from_the_trainers_own():
     gloo = RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:538] Connection closed by peer [10.77.0.2]:41")
     assert lost_a_worker(RayTaskError("TaskRunner.run", "Traceback ...", RayTaskError("W.update", "...", gloo)))
     assert lost_a_worker(RuntimeError("Read error [10.0.0.2]:52 Connection reset by peer"))
+    # a broken pipe is gloo's word for a lost peer only in its transport's message; a closed output pipe is not one
+    assert lost_a_worker(RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:598] Write error [10.77.0.2]:41: Broken pipe"))
+    assert not lost_a_worker(BrokenPipeError(32, "Broken pipe"))
+    assert not lost_a_worker(RayTaskError("TaskRunner.run", "Traceback ...", RuntimeError("[Errno 32] Broken pipe")))
     from torch.distributed import DistNetworkError
 
     assert lost_a_worker(RayTaskError("TaskRunner.run", "Traceback ...", DistNetworkError("store unreachable")))

@@ -12,5 +12,6 @@
 | ``eval_report`` | the evaluation table, CSV and pass@k plots |
 | ``cli`` | the command: tables, CSV, plots |
 
-May import: numpy, matplotlib, tensorboard's reader; nothing else of verl_ext (it reads logs, not models).
+May import: numpy, matplotlib, tensorboard's reader, and ``verl_ext.contract`` (the metric keys it reads); nothing
+else of verl_ext (it reads logs, not models).
 """

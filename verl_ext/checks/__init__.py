@@ -4,12 +4,11 @@
 | --- | --- |
 | ``validation`` | verl_ext's checks, CPU mode's included; each failure a ``ConfigError`` naming the key and the allowed values |
 | ``dry_run`` | ``verl_ext.dry_run=true``: build verl's dataclasses, run verl's and verl_ext's checks, summarise |
-| ``launch_env`` | the launcher's environment variables and the Hydra overrides each becomes (``recipe/launch.sh``); imports nothing of verl |
-| ``resolvers`` | the OmegaConf resolvers the config groups use: arithmetic on the config's own values, none reads the environment |
 | ``recipe_checks`` | sizes, files, loggers, checkpoint, CPU scale: checked on the composed config, whatever set the value |
+| ``training_data`` | the data files verl will read: the columns it needs, a scorer for every data source, the custom reward function |
 | ``recipe_startup`` | before validation: the config resolved with absolute paths, a CPU scale's sizes printed, the CPU recipes' assets built, wandb offline without a key; the resolved config saved |
 
-May import: every lower package (``config``, ``contract``, ``losses``, ``cpu``, ``control``, ``driver``,
-``trainer``, ``testbed``); imported by the entry point ``verl_ext.main_ppo`` (and ``resolvers`` by the config package
-``verl_ext.configs``, which registers them).
+May import: every lower package (``config``, ``contract``, ``losses``, ``cpu``, ``control``, ``registration``,
+``testbed``, ``driver``, ``trainer``); imported by the entry point ``verl_ext.main_ppo``. The launcher's variable table is
+``verl_ext.recipe.launch_env``, the config groups' resolvers ``verl_ext.configs.resolvers``.
 """

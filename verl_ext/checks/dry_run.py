@@ -4,9 +4,9 @@
 checkpoint engine, critic, algorithm, skip, distillation, V1 hybrid-rollout switch; the model only from a
 local directory; not ``reward``, which verl 0.9.1 itself never builds and cannot build), runs verl's ``validate_config`` and verl_ext's checks (:mod:`verl_ext.checks.validation`),
 and returns a summary. :func:`dry_run` prints it and returns the exit status: 0, or 2 after
-``verl_ext: invalid config: <key>: <message>`` for a bad value (verl_ext's ``ConfigError``, and the errors verl's and
-OmegaConf's validation raise for one: :data:`CONFIG_VALIDATION_ERRORS`); any other exception propagates with its
-traceback. ``verl_ext.main_ppo`` runs the same :func:`validate`
+``verl_ext: invalid config: <key>: <message>`` for a bad value (verl_ext's ``ConfigError``, OmegaConf's errors, and
+what verl's own validation raises: :data:`CONFIG_VALIDATION_ERRORS` from a frame of verl's code); any other exception
+- a bug in verl_ext, a failed import - propagates with its traceback. ``verl_ext.main_ppo`` runs the same :func:`validate`
 before every real run, so a bad value fails there the same way, before Ray starts.
 
 Model-free: ``actor_rollout_ref.model`` (and the critic's model) are only loaded when the path is a
@@ -51,12 +51,23 @@ LOSS_KEYS = {
 """The hyperparameters of each verl_ext loss shown in the summary (keys of ``policy_loss``); one entry per loss of
 :data:`verl_ext.losses.LOSSES`."""
 
-CONFIG_VALIDATION_ERRORS: tuple[type[BaseException], ...] = (ValueError, AssertionError, TypeError,
-                                                              OmegaConfBaseException)  # fmt: skip
-"""What verl's and OmegaConf's config validation raise for a bad value (verl's ``validate_config`` asserts and raises
-``ValueError``; its dataclasses' ``__post_init__`` too; OmegaConf's type and key errors). The dry run turns these
-into one line naming the key; anything else (a bug, a missing file, an import failure in verl's code) propagates
-with its traceback."""
+CONFIG_VALIDATION_ERRORS: tuple[type[BaseException], ...] = (ValueError, AssertionError, TypeError)
+"""What verl's config validation raises for a bad value: ``validate_config`` and its dataclasses' ``__post_init__``
+assert and raise ``ValueError``; building a dataclass from a section with a key it lacks raises ``TypeError``. They
+count as a bad value only when raised in verl's own code (:func:`raised_by_verl`): the same types raised in
+verl_ext's code are a bug (verl_ext reports a bad value as a ``ConfigError``). OmegaConf's errors are a bad key or
+type wherever they come from."""
+
+
+def raised_by_verl(exc: BaseException) -> bool:
+    """``exc`` was raised in a frame of verl's package (the innermost frame of its traceback)."""
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    module = tb.tb_frame.f_globals.get("__name__", "")
+    return module == "verl" or module.startswith("verl.")
 
 
 @dataclass
@@ -98,9 +109,12 @@ def error_key_and_message(exc: BaseException, default_key: str) -> tuple[str, st
 
 
 def is_config_error(exc: BaseException) -> bool:
-    """Whether ``exc`` reports a bad config value (:data:`CONFIG_VALIDATION_ERRORS`, verl_ext's ``ConfigError``, or
-    Hydra's instantiation error about one: a bad ``_target_``, or wrapping one of those) rather than a failure."""
-    if isinstance(exc, (ConfigError, *CONFIG_VALIDATION_ERRORS)):
+    """Whether ``exc`` reports a bad config value (verl_ext's ``ConfigError``, OmegaConf's errors, verl's own
+    :data:`CONFIG_VALIDATION_ERRORS`, or Hydra's instantiation error about one: a bad ``_target_``, or wrapping one of
+    those) rather than a failure."""
+    if isinstance(exc, (ConfigError, OmegaConfBaseException)):
+        return True
+    if isinstance(exc, CONFIG_VALIDATION_ERRORS) and raised_by_verl(exc):
         return True
     if isinstance(exc, InstantiationException):
         cause = exc.__cause__
@@ -280,5 +294,5 @@ def dry_run(config: DictConfig, out: TextIO | None = None, err: TextIO | None = 
     return 0
 
 
-__all__ = ["CONFIG_VALIDATION_ERRORS", "EXIT_INVALID", "LOSS_KEYS", "Validated", "config_error", "dry_run",
+__all__ = ["CONFIG_VALIDATION_ERRORS", "EXIT_INVALID", "LOSS_KEYS", "Validated", "config_error", "dry_run", "raised_by_verl",
            "error_key_and_message", "error_line", "is_config_error", "summary", "validate"]

@@ -1,7 +1,7 @@
 """Checks of a composed config's sizes, files, names and CPU-scale model: one place, whatever set the value.
 
 A value reaches the config from a group file, from a Hydra override, or from a launch variable that
-``recipe/launch.sh`` turned into an override (:mod:`verl_ext.checks.launch_env`): these checks run on the composed
+``recipe/launch.sh`` turned into an override (:mod:`verl_ext.recipe.launch_env`): these checks run on the composed
 config (:func:`verl_ext.checks.dry_run.validate`, before Ray starts), so a bad value gives the same one-line
 :class:`~verl_ext.config.ConfigError`, naming the key and the allowed values, whichever way it came. They run before
 verl's own validation, whose messages name fewer keys.
@@ -153,14 +153,26 @@ def check_sizes(config: DictConfig) -> None:
         _positive_int(config, "actor_rollout_ref.rollout.val_kwargs.n")
 
 
+DATA_FILE_KEYS = ("data.train_files", "data.val_files")
+"""verl's keys of the training and validation files: each holds one path or a list of them."""
+
+
+def data_files(config: DictConfig, key: str) -> list[Any] | None:
+    """What ``key`` (one of :data:`DATA_FILE_KEYS`) holds as a list: a path as a list of one, a list as it is;
+    ``None`` for anything else (unset included)."""
+    value = OmegaConf.select(config, key, default=None)
+    if isinstance(value, str):
+        return [value]
+    return list(value) if isinstance(value, (list, ListConfig)) else None
+
+
 def check_files(config: DictConfig) -> None:
     """The training and validation files are non-empty lists of paths."""
-    for key in ("data.train_files", "data.val_files"):
-        value = _get(config, key)
-        if isinstance(value, str):
-            value = [value]
-        if not isinstance(value, (list, ListConfig)) or not value or not all(isinstance(v, str) and v for v in value):
-            raise ConfigError(key, f"{value!r} is invalid: allowed one or more parquet files (a list of paths)")
+    for key in DATA_FILE_KEYS:
+        items = data_files(config, key)
+        if not items or not all(isinstance(v, str) and v for v in items):
+            raise ConfigError(key, f"{_get(config, key)!r} is invalid: allowed one or more parquet files (a list of "
+                              "paths)")  # fmt: skip
 
 
 def check_loggers(config: DictConfig) -> None:

@@ -29,6 +29,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
+from verl_ext.checks.recipe_checks import DATA_FILE_KEYS, data_files
 from verl_ext.checks.validation import LOCAL_RAY_ONLY, ray_cluster_address
 from verl_ext.cpu import mode as cpu_mode
 from verl_ext.cpu.precision import PrecisionError
@@ -43,8 +44,6 @@ ROOT_PATH_KEYS = ("verl_ext.recipe.work_dir", "verl_ext.recipe.data_dir", "train
 PATH_KEYS = (*ROOT_PATH_KEYS, "trainer.validation_data_dir", "trainer.resume_from_path",
              "ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH")  # fmt: skip
 """A recipe's path keys, made absolute after it is resolved."""
-PATH_LIST_KEYS = ("data.train_files", "data.val_files")
-"""A recipe's keys holding lists of paths."""
 MODEL_PATH_KEY = "actor_rollout_ref.model.path"
 """A local directory or a hub id: made absolute only when it is a local path."""
 
@@ -89,10 +88,9 @@ def absolute_paths(config: DictConfig) -> None:
             value = OmegaConf.select(config, key, default=None)
             if value is not None:
                 OmegaConf.update(config, key, absolute(value))
-        for key in PATH_LIST_KEYS:
-            value = OmegaConf.select(config, key, default=None)
-            if value is not None:
-                items = [value] if isinstance(value, str) else list(value)
+        for key in DATA_FILE_KEYS:  # a recipe's keys holding lists of paths
+            items = data_files(config, key)
+            if items is not None:
                 OmegaConf.update(config, key, [absolute(v) for v in items], merge=False)
         model = OmegaConf.select(config, MODEL_PATH_KEY, default=None)
         if model is not None and _local_model_path(model):

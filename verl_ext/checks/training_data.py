@@ -28,8 +28,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
+from verl_ext.checks.recipe_checks import DATA_FILE_KEYS, data_files
 from verl_ext.config import ConfigError
 
 REWARD_FN_KEY = "reward.custom_reward_function"
@@ -43,11 +44,6 @@ GROUND_TRUTH = ("reward_model", "ground_truth")
 def _select(config: DictConfig, key: str, default: Any = None) -> Any:
     value = OmegaConf.select(config, key, default=default)
     return default if value is None else value
-
-
-def _files(config: DictConfig, key: str) -> list[str]:
-    value = _select(config, key, [])
-    return [value] if isinstance(value, str) else [str(v) for v in value] if isinstance(value, (list, ListConfig)) else []
 
 
 @cache
@@ -169,8 +165,8 @@ def check_training_data(config: DictConfig) -> list[str]:
     prompt_key = str(_select(config, "data.prompt_key", "prompt"))
     source_key = str(_select(config, "data.reward_fn_key", "data_source"))
     notes: list[str] = []
-    for key in ("data.train_files", "data.val_files"):
-        for name in _files(config, key):
+    for key in DATA_FILE_KEYS:
+        for name in map(str, data_files(config, key) or []):
             path = Path(name).expanduser()
             if not path.is_file():
                 if cpu_mode.requested():

@@ -35,6 +35,9 @@ V1_REQUIREMENTS_HINT = (
     "(algorithm.filter_groups) and no asynchronous trainer modes"
 )
 
+V1_REQUIREMENTS = ("transfer_queue", "zmq", "msgspec", "cachetools")
+"""The top-level modules of :data:`V1_REQUIREMENTS_HINT`'s packages: a missing one is told as that hint."""
+
 ULYSSES_ATTENTION = ("flash_attention_2", "flash_attention_3")
 """Attention implementations through which verl's Ulysses sequence parallelism works: verl inserts Ulysses'
 all-to-all only by replacing transformers' flash-attention forward (``verl/models/transformers/monkey_patch.py``,
@@ -217,7 +220,9 @@ def check_trainer(config: DictConfig) -> str:
         return "legacy RayPPOTrainer (trainer.use_v1=false)"
     try:
         importlib.import_module("verl.trainer.ppo.v1")
-    except ImportError as exc:
+    except ModuleNotFoundError as exc:  # another import failure propagates, naming its module
+        if (exc.name or "").split(".")[0] not in V1_REQUIREMENTS:
+            raise
         raise ConfigError("trainer.use_v1", f"{exc}. {V1_REQUIREMENTS_HINT}") from exc
     from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
 

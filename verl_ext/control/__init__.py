@@ -1,5 +1,6 @@
-"""Entropy control as pure arithmetic (level 1): no torch, no verl, so that losses, analysis and the driver can all
-use it.
+"""Entropy control as pure arithmetic (level 1): no torch, so that the driver, the checks and the analysis can all use
+it. Its keys' shared pieces (``ConfigError``, ``PrefixedConfig``) come from ``verl_ext.config``, which imports verl's
+config dataclasses.
 
 | module | contents |
 | --- | --- |
@@ -9,9 +10,6 @@ use it.
 | ``controllers`` | the laws: ``pi`` (log-space PI), ``skywork`` (Skywork-OR1's +-delta rule and gate), ``entropic`` (EntroPIC's PI) |
 | ``self_tuning`` | ``auto``: learns its measurement noise, the drift and the actuator's gain online and steers the filtered entropy |
 | ``actuators`` | what a law moves: ``cov_ratio``, ``entropy_coef``, ``pos_weight``, ``clip_high``; the pairs that make sense, and why the others do not; the losses ``clip_high`` can act on |
-
-``autopilot`` is the deprecated name of ``entropy_control`` and ``config`` (a warning on import; removed in the next
-release).
 
 May import: ``verl_ext.config`` and ``verl_ext.contract`` only.
 """

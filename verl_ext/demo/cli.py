@@ -20,13 +20,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
 from verl_ext.cpu.machine import machine_line
 from verl_ext.demo.report import summary_table, write_csv
-from verl_ext.demo.runs import (AUTO_COV_RUN, CONTROL_RUNS, DEPRECATED_RUNS, MODELS, RUN_NAMES, TASKS, DemoSettings,
+from verl_ext.demo.runs import (AUTO_COV_RUN, CONTROL_RUNS, MODELS, RUN_NAMES, TASKS, DemoSettings,
                                 log_path, own_target, train_all)
 
 DEFAULT_RUNS = ("vanilla", "clip_cov")
@@ -42,16 +41,8 @@ def split_overrides(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 
 
 def parse_runs(text: str) -> list[str]:
-    """``a,b,c`` -> names, each one of :data:`RUN_NAMES`; ``argparse`` error otherwise. A former name
-    (:data:`~verl_ext.demo.runs.DEPRECATED_RUNS`) stands for its run, with a ``DeprecationWarning`` and a printed
-    warning naming the run to use."""
+    """``a,b,c`` -> names, each one of :data:`RUN_NAMES`; ``argparse`` error otherwise."""
     names = [n.strip() for n in text.split(",") if n.strip()]
-    for i, name in enumerate(names):
-        if name in DEPRECATED_RUNS:
-            names[i] = DEPRECATED_RUNS[name]
-            message = f"--losses {name} is deprecated and goes in the next release: use {names[i]} (the same run)"
-            warnings.warn(message, DeprecationWarning, stacklevel=2)
-            print(f"warning: {message}", file=sys.stderr)
     bad = [n for n in names if n not in RUN_NAMES]
     if bad or not names:
         raise argparse.ArgumentTypeError(f"--losses: {bad or text!r} invalid; allowed: {', '.join(RUN_NAMES)}")

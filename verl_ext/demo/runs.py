@@ -21,7 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import IO, Any
 
-from verl_ext.checks.launch_env import quote
+from verl_ext.recipe.launch_env import quote
 
 LOSSES = ("vanilla", "clip_cov", "kl_cov", "grpo_erc", "gppo_erc", "high_entropy", "entropy_adv")
 """The losses ``recipe/cpu_tiny.sh`` takes as ``LOSS`` (each with its config group, ``configs/policy_loss/<loss>.yaml``)."""
@@ -31,9 +31,6 @@ AUTO_COV_RUN = "auto_cov"
 
 AUTO_COV_BOUNDS = (1e-3, 0.5)
 """The selection-ratio range the demo's ``auto_cov`` and ``pi_cov`` runs may use (``ratio_min``, ``ratio_max``)."""
-
-DEPRECATED_RUNS = {"autopilot": AUTO_COV_RUN}
-"""Former run names -> the run they now name (``--losses`` takes them with a warning; removed in the next release)."""
 
 CONTROL_RUNS: dict[str, tuple[str, tuple[str, ...]]] = {
     AUTO_COV_RUN: ("clip_cov", ("actuator=cov_ratio", f"ratio_min={AUTO_COV_BOUNDS[0]}",
@@ -219,6 +216,6 @@ def train_all(runs: Sequence[str], settings: DemoSettings, out: Path, log: IO[st
     return history
 
 
-__all__ = ["AUTO_COV_BOUNDS", "AUTO_COV_RUN", "CONTROL_RUNS", "CPU_MODELS", "DEPRECATED_RUNS", "DemoSettings", "LOSSES",
+__all__ = ["AUTO_COV_BOUNDS", "AUTO_COV_RUN", "CONTROL_RUNS", "CPU_MODELS", "DemoSettings", "LOSSES",
            "MODELS", "RUN_NAMES", "TASKS", "STEP_LINE", "log_path", "own_target", "read_steps", "recipe_script",
            "run_command", "settings_overrides", "train", "train_all"]  # fmt: skip

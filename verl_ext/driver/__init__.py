@@ -13,6 +13,6 @@ verl's own outputs. Both trainers (:mod:`verl_ext.trainer`) mix it in.
 | ``progress`` | the trainer's logged steps published to the watchdog (Ray's GCS), and the job's running actor methods |
 | ``engine_health`` | the rollout servers' ``/health``, asked straight (no proxy), every server at once |
 
-May import: ``verl_ext.config``, ``contract``, ``losses`` and ``control``; never the trainer, the checks or anything
-above them.
+May import: ``verl_ext.config``, ``contract``, ``gcs_store``, ``losses`` and ``control``; never the trainer, the
+checks or anything above them.
 """

@@ -2,7 +2,8 @@
 
 The trainer runs in verl's TaskRunner actor, on any node; the watchdog in the entry point's driver. Each time verl's
 trainer logs a step (``verl.utils.tracking.Tracking.log``: every trainer logs every step, whatever its loggers), the
-TaskRunner writes the step to Ray's GCS key-value store under this job's key (:func:`published_progress`, a context
+TaskRunner writes the step to Ray's GCS key-value store (:mod:`verl_ext.gcs_store`) under this job's key
+(:func:`published_progress`, a context
 the TaskRunners enter for the run); the watchdog reads it (:func:`read_progress`) - nothing else to configure, no
 file shared between nodes. :func:`running_methods` lists the job's actor methods running now and since when, from
 the GCS's task events (no dashboard needed), for the report of a stalled run.
@@ -11,38 +12,31 @@ the GCS's task events (no dashboard needed), for the report of a stalled run.
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import Iterator
 from typing import Any
 
-NAMESPACE = "verl_ext"
-"""The GCS key-value namespace of verl_ext's keys."""
+from verl_ext import gcs_store
 
 
-def progress_key(job: str) -> bytes:
+def progress_key(job: str) -> str:
     """This job's key (``job``: the job id's hex)."""
-    return f"progress/{job}".encode()
+    return f"progress/{job}"
 
 
 def publish_progress(step: int) -> None:
     """Record that the run logged ``step`` (at this wall-clock time) under its job's key."""
     import ray
-    from ray.experimental import internal_kv
 
     job = ray.get_runtime_context().get_job_id()
-    value = json.dumps({"step": int(step), "time": time.time()}).encode()
-    internal_kv._internal_kv_put(progress_key(job), value, overwrite=True, namespace=NAMESPACE)
+    gcs_store.put(progress_key(job), {"step": int(step), "time": time.time()})
 
 
 def read_progress(job: str) -> tuple[int, float] | None:
     """The last step the run logged and when (wall clock), or ``None`` before the first."""
-    from ray.experimental import internal_kv
-
-    raw = internal_kv._internal_kv_get(progress_key(job), namespace=NAMESPACE)
-    if not raw:
+    value = gcs_store.get(progress_key(job))
+    if value is None:
         return None
-    value = json.loads(raw)
     return int(value["step"]), float(value["time"])
 
 
@@ -96,4 +90,4 @@ def running_methods(job: str, now_s: float | None = None) -> list[tuple[str, flo
     return sorted(found.items(), key=lambda item: -item[1])
 
 
-__all__ = ["NAMESPACE", "progress_key", "publish_progress", "published_progress", "read_progress", "running_methods"]
+__all__ = ["progress_key", "publish_progress", "published_progress", "read_progress", "running_methods"]

@@ -13,6 +13,6 @@
 | ``actor_config`` | ``FSDPActorConfig``: verl's plus the KL-clipping keys |
 
 The entry point (``python -m verl_ext.main_ppo``) picks the trainer; submodules are imported on demand (``v1`` needs
-the ``TransferQueue`` package, ``legacy`` does not). May import: ``verl_ext.config``, ``contract``, ``losses``,
-``registration``, ``cpu``, ``analysis`` (pure metric arithmetic) and ``driver``.
+the ``TransferQueue`` package, ``legacy`` does not). May import: ``verl_ext.config``, ``contract``, ``versions``,
+``losses``, ``control``, ``registration``, ``cpu``, ``analysis`` (pure metric arithmetic) and ``driver``.
 """

@@ -1,7 +1,7 @@
 """The OmegaConf resolvers the config groups and recipes use: arithmetic on values already in the config.
 
 None reads the environment: a recipe's YAML holds values, and ``recipe/launch.sh`` turns the cluster's variables into
-overrides (:mod:`verl_ext.checks.launch_env`). Each returns a scalar, so ``--cfg job --resolve`` prints every recipe.
+overrides (:mod:`verl_ext.recipe.launch_env`). Each returns a scalar, so ``--cfg job --resolve`` prints every recipe.
 Token budgets are written once, as ``${verl_ext.seq_tokens:K}`` (K full sequences of the config's prompt and response
 lengths). ``verl_ext.cpu_dtype`` spells CPU mode's precision for a dtype key (:mod:`verl_ext.cpu.precision`),
 ``verl_ext.cpu_vllm_executor`` chooses vLLM's executor in CPU mode (:mod:`verl_ext.cpu.vllm_executor`).

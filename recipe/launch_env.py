@@ -18,11 +18,11 @@ exits 2 naming the variable.
 
 Command line (used by ``recipe/launch.sh``, ``scripts/cluster/submit.sh`` and the docs)::
 
-    python -m verl_ext.checks.launch_env overrides RECIPE [ARGS...]  # the overrides, NUL-separated (ARGS: the
+    python -m verl_ext.recipe.launch_env overrides RECIPE [ARGS...]  # the overrides, NUL-separated (ARGS: the
                                                     # launch's Hydra arguments); exit 2 naming a bad variable
-    python -m verl_ext.checks.launch_env platform RECIPE [ARGS...]   # cpu or gpu: whether the launch is CPU mode
-    python -m verl_ext.checks.launch_env names              # every variable name, one a line
-    python -m verl_ext.checks.launch_env table              # the variables as a markdown table (docs/recipes.md)
+    python -m verl_ext.recipe.launch_env platform RECIPE [ARGS...]   # cpu or gpu: whether the launch is CPU mode
+    python -m verl_ext.recipe.launch_env names              # every variable name, one a line
+    python -m verl_ext.recipe.launch_env table              # the variables as a markdown table (docs/recipes.md)
 
 This module imports nothing of verl (it runs before every launch).
 """
@@ -253,7 +253,7 @@ def main(argv: list[str]) -> int:
             return 2
         sys.stdout.write("".join(f"{item}\0" for item in items))
         return 0
-    print("usage: python -m verl_ext.checks.launch_env names | table | overrides RECIPE [ARGS...] | platform RECIPE "
+    print("usage: python -m verl_ext.recipe.launch_env names | table | overrides RECIPE [ARGS...] | platform RECIPE "
           "[ARGS...]", file=sys.stderr)  # fmt: skip
     return 2
 
