@@ -29,8 +29,9 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from verl_ext.checks.recipe_checks import DATA_FILE_KEYS, data_files
+from verl_ext.checks.recipe_checks import DATA_FILE_KEYS, check_sizes, data_files
 from verl_ext.checks.validation import LOCAL_RAY_ONLY, ray_cluster_address
+from verl_ext.config import ConfigError
 from verl_ext.cpu import mode as cpu_mode
 from verl_ext.cpu.precision import PrecisionError
 from verl_ext.driver.mixin import write_atomically
@@ -119,9 +120,6 @@ def resolve(config: DictConfig) -> DictConfig:
 
 def _raise_size_error(config: DictConfig, failure: Exception) -> None:
     """The size check's :class:`~verl_ext.config.ConfigError` behind a failed resolution, if a size is bad."""
-    from verl_ext.checks.recipe_checks import check_sizes
-    from verl_ext.config import ConfigError
-
     try:
         check_sizes(config)
     except ConfigError as error:
