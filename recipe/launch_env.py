@@ -50,6 +50,17 @@ LOSS_ACTOR_GROUP = "loss_actor@actor_rollout_ref.actor"
 """The group of the actor settings a loss's paper pairs with it, where there are some (``configs/loss_actor/``)."""
 
 
+def _group_options(group: str) -> tuple[str, ...]:
+    """The options of ``configs/<group>/`` (its YAML files' names, ``base`` aside), ``vanilla`` first."""
+    names = sorted(p.name[:-5] for p in resources.files("verl_ext.configs").joinpath(group).iterdir()
+                   if p.name.endswith(".yaml") and p.name != "base.yaml")  # fmt: skip
+    return tuple(sorted(names, key=lambda name: name != "vanilla"))
+
+
+LOSS_CHOICES = _group_options("policy_loss")
+"""``LOSS``'s values: the policy-loss group's options (a loss's YAML group makes it a choice)."""
+
+
 class LaunchEnvError(ValueError):
     """A launch variable holds a value the launcher cannot turn into an override; the message names it."""
 
@@ -108,7 +119,7 @@ VARIABLES: tuple[Variable, ...] = (
              choices=("toy", "tiny", "smollm2")),
     Variable("LOSS", (LOSS_GROUP, LOSS_ACTOR_GROUP), "group", "shorthand: the loss and its paper's settings (the "
              "second group where the loss has one)", scope="cpu_tiny",
-             choices=("vanilla", "clip_cov", "kl_cov", "grpo_erc", "gppo_erc", "high_entropy", "entropy_adv", "bapo")),
+             choices=LOSS_CHOICES),
     Variable("DRY_RUN", (), "switch", "1: compose and validate (verl_ext.dry_run=true), no Ray", choices=("0", "1")),
     Variable("PRINT_CMD", (), "switch", "1: print the command with every override and exit", choices=("0", "1")),
     Variable("PYTHON", (), "switch", "the interpreter (default python3)"),

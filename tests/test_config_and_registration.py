@@ -19,7 +19,7 @@ from verl_ext.config import ConfigError, PolicyLossConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 LOSSES = ("clip_cov", "kl_cov", "grpo_erc", "gppo_erc", "high_entropy", "entropy_adv", "bapo")
-"""verl_ext's seven losses (verl_ext.losses.LOSSES), in the order the registry probes print them."""
+"""verl_ext's seven losses (verl_ext.losses.SPECS), in the order the registry probes print them."""
 
 BAD_VALUES = [
     ("clip_cov_ratio", 0.0, r"\(0, 1\]"),

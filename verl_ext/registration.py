@@ -24,7 +24,7 @@ from typing import Any
 from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, register_policy_loss
 
 from verl_ext import failures
-from verl_ext.losses import COV_LOSSES, LOSSES
+from verl_ext.losses import SPECS
 
 KEEP_VERL_COV_ENV = "VERL_EXT_KEEP_VERL_COV"
 """``1``: keep verl's built-in ``clip_cov`` / ``kl_cov``; unset or ``0``: verl_ext's replace them."""
@@ -41,20 +41,24 @@ def keep_verl_cov() -> bool:
     return value == "1"
 
 
+def replacing() -> list[str]:
+    """The declared losses that replace a verl built-in of the same name (:attr:`LossSpec.replaces_verl`)."""
+    return [name for name, spec in SPECS.items() if spec.replaces_verl]
+
+
 def registered_losses() -> dict[str, Callable[..., Any]]:
     """The losses verl_ext puts in verl's registry in this environment."""
-    if keep_verl_cov():
-        return {name: fn for name, fn in LOSSES.items() if name not in COV_LOSSES}
-    return dict(LOSSES)
+    keep = keep_verl_cov()
+    return {name: spec.loss for name, spec in SPECS.items() if not (keep and spec.replaces_verl)}
 
 
 def replacement_line() -> str:
     """What the rank-0 training worker prints once: which names are verl_ext's, and how to keep verl's."""
     if keep_verl_cov():
-        return (f"verl_ext: {KEEP_VERL_COV_ENV}=1: clip_cov and kl_cov are verl's built-ins; verl_ext registered "
-                f"{', '.join(sorted(registered_losses()))}")  # fmt: skip
-    return ("verl_ext: clip_cov and kl_cov are verl_ext's (batch-scope selection), replacing verl's built-ins of the "
-            f"same names; {KEEP_VERL_COV_ENV}=1 keeps verl's")  # fmt: skip
+        return (f"verl_ext: {KEEP_VERL_COV_ENV}=1: {' and '.join(replacing())} are verl's built-ins; verl_ext "
+                f"registered {', '.join(sorted(registered_losses()))}")  # fmt: skip
+    return (f"verl_ext: {' and '.join(replacing())} are verl_ext's (batch-scope selection), replacing verl's built-ins "
+            f"of the same names; {KEEP_VERL_COV_ENV}=1 keeps verl's")  # fmt: skip
 
 
 def rank_zero_worker() -> bool:
@@ -88,8 +92,8 @@ def register() -> None:
     try:
         losses = registered_losses()
     except ValueError as bad:
-        for name, fn in LOSSES.items():
-            register_policy_loss(name)(refusing_loss(name, str(bad)) if name in COV_LOSSES else fn)
+        for name, spec in SPECS.items():
+            register_policy_loss(name)(refusing_loss(name, str(bad)) if spec.replaces_verl else spec.loss)
         raise
     for name, fn in losses.items():
         register_policy_loss(name)(fn)

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize(
     "argv,message",
     [
-        (["--losses", "vanilla,ppo"], "allowed: vanilla, clip_cov, kl_cov, grpo_erc, gppo_erc, high_entropy, entropy_adv, "
+        (["--losses", "vanilla,ppo"], "allowed: vanilla, bapo, clip_cov, entropy_adv, gppo_erc, grpo_erc, high_entropy, kl_cov, "
                                        "auto_cov, pi_cov, pi_coef, skywork, entropic"),
         (["--losses", "vanilla,vanilla"], "twice"),
         (["--losses", "auto_cov"], "--losses auto_cov: needs --entropy-target"),

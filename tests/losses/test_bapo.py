@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tensordict import TensorDict
 
 import _oracles as O
 import verl_ext.registration  # noqa: F401  (registers the losses)
 from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
 from verl_ext.config import ConfigError, PolicyLossConfig
 from verl_ext.losses.bapo import bound_grid, contribution_statistics, decide_bounds, importance_ratio
-from verl_ext.trainer.actor_loss import bapo_extras
+from verl_ext.trainer.actor_loss import policy_loss_extras
 from verl_ext.trainer.bapo_step import reduce_and_decide
 
 C = 3.0
@@ -149,8 +150,8 @@ def test_on_policy_the_bounds_do_not_change_the_loss():
 
 def test_step_scope_without_bounds_is_an_error_in_verl_exts_actor_loss():
     with pytest.raises(ValueError, match="bapo_scope=step"):
-        bapo_extras(cfg("step"), None)
-    assert bapo_extras(cfg("micro"), None) == {}
+        policy_loss_extras(cfg("step"), TensorDict({}), None, None)
+    assert policy_loss_extras(cfg("micro"), TensorDict({}), None, None) == {}
 
 
 def test_traces_without_graph_breaks():

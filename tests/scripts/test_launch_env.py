@@ -199,7 +199,7 @@ def test_a_variable_that_does_not_apply_exits_2_naming_it(name, variables, messa
     [
         ("dapo_kl_cov", {"SCALE": "tpu"}, "SCALE='tpu' is invalid: allowed gpu, cpu"),
         ("dapo_kl_cov", {"SCALE": "cpu", "MODEL": "qwen"}, "MODEL='qwen' is invalid: allowed toy, tiny, smollm2"),
-        ("cpu_tiny", {"LOSS": "bogus"}, "LOSS='bogus' is invalid: allowed vanilla, clip_cov, kl_cov, grpo_erc"),
+        ("cpu_tiny", {"LOSS": "bogus"}, "LOSS='bogus' is invalid: allowed vanilla, bapo, clip_cov, entropy_adv, gppo_erc"),
         ("dapo_kl_cov", {"OFFLOAD": "yes"}, "OFFLOAD='yes' is invalid: allowed 0, 1"),
         ("dapo_kl_cov", {"DRY_RUN": "true"}, "DRY_RUN='true' is invalid: allowed 0 or 1"),
         ("dapo_kl_cov", {"PRINT_CMD": "yes"}, "PRINT_CMD='yes' is invalid: allowed 0 or 1"),

@@ -22,7 +22,19 @@ import pytest
 import torch
 
 from verl_ext.config import ConfigError
-from verl_ext.control.actuators import CLIP_HIGH_LOSSES, CLIP_HIGH_REFUSED_LOSSES, REFUSED
+from verl_ext.control.actuators import REFUSED
+from verl_ext.losses import SPECS
+from verl_ext.losses.spec import clip_high_losses
+
+CLIP_HIGH_LOSSES = ("clip_cov", "entropy_adv", "grpo_erc", "high_entropy", "vanilla")
+"""The losses whose upper clip bound is the PPO clip_ratio_high of every token they keep (their papers' surrogates)."""
+CLIP_HIGH_REFUSED = ("bapo", "gppo_erc", "kl_cov")
+"""KL-Cov does not clip, CE-GPPO keeps the gradient beyond the bound, BAPO sets its own bounds."""
+
+
+def test_the_declared_losses_split_as_their_papers_say():
+    assert sorted(clip_high_losses()) == sorted(CLIP_HIGH_LOSSES)
+    assert sorted(n for n, s in SPECS.items() if s.clip_high_refusal) == sorted(CLIP_HIGH_REFUSED)
 from verl_ext.control.entropy_control import EntropyControlConfig, EntropyController
 
 from test_actor_loss import actor_config, fixture, metric_value  # noqa: E402  (tests/trainer is on sys.path)
@@ -115,7 +127,7 @@ def test_a_missing_field_is_an_error_when_entropy_control_drives_clip_high():
     run_loss(on, data, flat, entropy)
 
 
-@pytest.mark.parametrize("loss_mode", sorted(CLIP_HIGH_REFUSED_LOSSES))
+@pytest.mark.parametrize("loss_mode", sorted(CLIP_HIGH_REFUSED))
 def test_the_field_on_a_loss_without_verls_upper_bound_is_an_error(loss_mode):
     from verl_ext.contract import CLIP_RATIO_HIGH
 
@@ -123,7 +135,7 @@ def test_the_field_on_a_loss_without_verls_upper_bound_is_an_error(loss_mode):
     with pytest.raises(ValueError) as info:
         run_loss(actor_config(loss_mode, loss_kwargs={"cov_scope": "micro"} if loss_mode == "kl_cov" else None),
                  data, flat, entropy)  # fmt: skip
-    assert CLIP_HIGH_REFUSED_LOSSES[loss_mode] in str(info.value)
+    assert SPECS[loss_mode].clip_high_refusal in str(info.value)
 
 
 def test_a_field_with_two_values_in_one_micro_batch_is_an_error():
@@ -210,7 +222,7 @@ CLIP_HIGH = ["verl_ext.entropy_control.enable=true", "verl_ext.entropy_control.c
              "verl_ext.entropy_control.actuator=clip_high", "verl_ext.entropy_control.target=2.0"]  # fmt: skip
 
 
-@pytest.mark.parametrize("loss_mode", [*sorted(CLIP_HIGH_REFUSED_LOSSES), "gspo"])
+@pytest.mark.parametrize("loss_mode", [*sorted(CLIP_HIGH_REFUSED), "gspo"])
 def test_a_loss_whose_upper_bound_is_not_verls_is_refused_at_config_time(compose, loss_mode):
     from verl_ext.checks.validation import check_driver_features
 
@@ -218,7 +230,7 @@ def test_a_loss_whose_upper_bound_is_not_verls_is_refused_at_config_time(compose
         check_driver_features(compose(*CLIP_HIGH, f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}"))
     assert info.value.key == "verl_ext.entropy_control.actuator"
     assert f"loss_mode={loss_mode}" in info.value.message and str(sorted(CLIP_HIGH_LOSSES)) in info.value.message
-    reason = CLIP_HIGH_REFUSED_LOSSES.get(loss_mode, "not checked to read clip_ratio_high")
+    reason = SPECS[loss_mode].clip_high_refusal if loss_mode in SPECS else "not checked to read clip_ratio_high"
     assert reason in info.value.message
 
 

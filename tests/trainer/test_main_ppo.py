@@ -1016,13 +1016,11 @@ def test_dry_run_lets_a_failure_that_is_not_a_bad_value_propagate(compose, monke
 def test_dry_run_summary_shows_every_verl_ext_losss_keys(compose, loss, shown):
     from dataclasses import fields
 
-    from verl_ext.checks.dry_run import LOSS_KEYS
     from verl_ext.config import PolicyLossConfig
-    from verl_ext.losses import LOSSES
+    from verl_ext.losses import SPECS
 
-    assert sorted(LOSS_KEYS) == sorted(LOSSES)
     known = {f.name for f in fields(PolicyLossConfig)}
-    assert all(set(keys) <= known for keys in LOSS_KEYS.values()), LOSS_KEYS
+    assert all(set(spec.keys) <= known for spec in SPECS.values()), {n: s.keys for n, s in SPECS.items()}
     status, out, err = dry(compose(f"policy_loss@actor_rollout_ref.actor.policy_loss={loss}"))
     assert status == 0, err
     assert f"  loss      : {loss} {shown}" in out.splitlines(), out
@@ -1036,7 +1034,7 @@ def test_a_bad_keep_verl_cov_under_verls_own_entry_point_refuses_clip_cov_naming
         "import verl\n"
         "from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, get_policy_loss_fn\n"
         "import verl_ext.registration as r\n"
-        "assert POLICY_LOSS_REGISTRY['grpo_erc'] is r.LOSSES['grpo_erc']\n"
+        "assert POLICY_LOSS_REGISTRY['grpo_erc'] is r.SPECS['grpo_erc'].loss\n"
         "for name in ('clip_cov', 'kl_cov'):\n"
         "    try:\n"
         "        get_policy_loss_fn(name)(None, None, None, None)\n"

@@ -28,6 +28,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from verl_ext.checks.recipe_checks import check_recipe
 from verl_ext.checks.validation import ConfigError, check_loss_mode, check_strategy, check_verl_ext, needs_critic
+from verl_ext.losses import SPECS
 
 EXIT_INVALID = 2
 
@@ -37,19 +38,6 @@ _TOP_KEYS = ("actor_rollout_ref", "critic", "algorithm", "data", "trainer", "rew
 _KEY_IN_TEXT = re.compile(r"\b((?:%s)(?:\.[A-Za-z_][\w]*)+)" % "|".join(_TOP_KEYS))
 _FULL_KEY = re.compile(r"full_key:\s*(\S+)")
 _OMEGACONF_DETAILS = ("full_key:", "object_type=", "reference_type=")
-
-LOSS_KEYS = {
-    "clip_cov": ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "cov_scope", "cov_seed"),
-    "kl_cov": ("kl_cov_ratio", "ppo_kl_coef", "cov_scope"),
-    "grpo_erc": ("entropy_mask_low", "entropy_mask_high"),
-    "gppo_erc": ("entropy_mask_low", "entropy_mask_high", "gppo_beta1", "gppo_beta2"),
-    "high_entropy": ("high_entropy_ratio", "high_entropy_scope"),
-    "entropy_adv": ("entropy_adv_alpha", "entropy_adv_kappa"),
-    "bapo": ("bapo_clip_low", "bapo_clip_low_max", "bapo_clip_low_step", "bapo_clip_high", "bapo_clip_high_max",
-             "bapo_clip_high_step", "bapo_rho0", "bapo_scope"),
-}
-"""The hyperparameters of each verl_ext loss shown in the summary (keys of ``policy_loss``); one entry per loss of
-:data:`verl_ext.losses.LOSSES`."""
 
 CONFIG_VALIDATION_ERRORS: tuple[type[BaseException], ...] = (ValueError, AssertionError, TypeError)
 """What verl's config validation raises for a bad value: ``validate_config`` and its dataclasses' ``__post_init__``
@@ -173,7 +161,7 @@ def validate(config: DictConfig, load_models: bool = False) -> Validated:
     if not isinstance(dry, bool):
         raise ConfigError("verl_ext.dry_run", f"{dry!r} is not a boolean; allowed: true, false")
     # cheap checks first: an unknown loss or engine is reported as such, not as a failure in verl's code
-    check_loss_mode(config)
+    mode = check_loss_mode(config)
     check_strategy(config)
     check_recipe(config)  # sizes, files, loggers, checkpoint, CPU scale: the same error whatever set the value
 
@@ -212,12 +200,12 @@ def validate(config: DictConfig, load_models: bool = False) -> Validated:
             _build(key, config[key], validated)
     if is_distillation_enabled(config.get("distillation")):
         _build("distillation", config.distillation, validated)
-    mode = OmegaConf.select(config, "trainer.v1.trainer_mode")
-    if config.trainer.get("use_v1", True) and mode == "separate_async":
+    trainer_mode = OmegaConf.select(config, "trainer.v1.trainer_mode")
+    if config.trainer.get("use_v1", True) and trainer_mode == "separate_async":
         _build("trainer.v1.separate_async.hybrid_rollout", config.trainer.v1.separate_async.hybrid_rollout,
                validated)  # fmt: skip
 
-    validated.facts = check_verl_ext(config, actor)
+    validated.facts = check_verl_ext(config, mode, actor)
     return validated
 
 
@@ -236,7 +224,8 @@ def summary(config: DictConfig, validated: Validated) -> str:
     trainer = config.trainer
     ratio_low = actor.clip_ratio_low if actor.get("clip_ratio_low") is not None else actor.clip_ratio
     ratio_high = actor.clip_ratio_high if actor.get("clip_ratio_high") is not None else actor.clip_ratio
-    loss_params = " ".join(f"{k}={_fmt(loss.get(k))}" for k in LOSS_KEYS.get(mode, ()))
+    spec = SPECS.get(mode)
+    loss_params = " ".join(f"{k}={_fmt(loss.get(k))}" for k in (spec.keys if spec is not None else ()))
     if actor.use_dynamic_bsz:
         micro = f"dynamic, ppo_max_token_len_per_gpu={_fmt(actor.ppo_max_token_len_per_gpu)}"
     else:
@@ -263,11 +252,9 @@ def summary(config: DictConfig, validated: Validated) -> str:
     if validated.facts.get("old_entropy"):
         lines.append("  entropy   : old-log-prob entropy kept as batch field old_entropy; current entropy "
                      "computed without autograd graph in the update forward")  # fmt: skip
-    if mode == "bapo":
-        lines.append("  bapo      : the clip line's clip_ratio_low / clip_ratio_high are not used: the bounds are "
-                     "bapo_clip_low..bapo_clip_low_max and bapo_clip_high..bapo_clip_high_max, clip_ratio_c is the dual "
-                     "clip; " + ("decided once per optimiser step by a no-grad pass over its mini-batch"
-                                 if loss.get("bapo_scope", "step") == "step" else "decided in each loss call"))
+    note = spec.summary(loss) if spec is not None else None
+    if note is not None:
+        lines.append(f"  {note}")
     if validated.facts.get("cov_selected"):
         lines.append("  selection : batch scope, computed on the driver before each actor update "
                      "(batch field cov_selected)")  # fmt: skip
@@ -294,5 +281,5 @@ def dry_run(config: DictConfig, out: TextIO | None = None, err: TextIO | None = 
     return 0
 
 
-__all__ = ["CONFIG_VALIDATION_ERRORS", "EXIT_INVALID", "LOSS_KEYS", "Validated", "config_error", "dry_run", "raised_by_verl",
+__all__ = ["CONFIG_VALIDATION_ERRORS", "EXIT_INVALID", "Validated", "config_error", "dry_run", "raised_by_verl",
            "error_key_and_message", "error_line", "is_config_error", "summary", "validate"]

@@ -16,7 +16,8 @@ from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
 
 from verl_ext.config import ConfigError, PolicyLossConfig, bounded_dynamic_sampling, clip_ratios
 from verl_ext.contract import REPLAY_POLL_INTERVAL
-from verl_ext.losses import COV_LOSSES, ERC_LOSSES
+from verl_ext.losses import SPECS, needs_of
+from verl_ext.losses.spec import clip_high_losses, clip_high_refusal
 from verl_ext.registration import KEEP_VERL_COV_ENV, keep_verl_cov
 from verl_ext.trainer.hooks import needs_batch_selection, needs_entropy_selection, needs_old_entropy
 
@@ -78,7 +79,7 @@ def check_loss_mode(config: DictConfig) -> str:
     if mode not in POLICY_LOSS_REGISTRY:
         raise ConfigError(f"{POLICY_LOSS}.loss_mode", f"{mode!r} is not a registered policy loss; allowed: "
                           f"{_registered_losses()}")  # fmt: skip
-    if mode in COV_LOSSES and keep_verl_cov():
+    if mode in SPECS and SPECS[mode].replaces_verl and keep_verl_cov():
         raise ConfigError(f"{POLICY_LOSS}.loss_mode", f"{mode!r} is verl's built-in here ({KEEP_VERL_COV_ENV}=1), "
                           "which ignores verl_ext's selection, keys and metrics: verl_ext's trainer would run it "
                           f"with settings it drops. Allowed: unset {KEEP_VERL_COV_ENV} (verl_ext's {mode}), or run "
@@ -113,7 +114,8 @@ def check_entropy_source(config: DictConfig, mode: str) -> None:
     if not _select(config, "algorithm.rollout_correction.bypass_mode", False):
         return
     users = {
-        f"{POLICY_LOSS}.loss_mode={mode}": mode in ERC_LOSSES or needs_entropy_selection(_select(config, ACTOR)),
+        f"{POLICY_LOSS}.loss_mode={mode}": needs_old_entropy(_select(config, ACTOR))
+        or needs_entropy_selection(_select(config, ACTOR)),
         "verl_ext.entropy_control.enable=true": bool(_select(config, "verl_ext.entropy_control.enable", False)),
     }
     for setting, uses in users.items():
@@ -138,9 +140,7 @@ def check_entropy_memory(config: DictConfig) -> None:
         return
     if float(_select(config, f"{ACTOR}.entropy_coeff", 0.0) or 0.0) != 0.0:
         return  # the entropy bonus needs the graph: checkpointing is what it is for
-    from verl_ext.trainer.actor_worker import needs_current_entropy  # verl's workers: imported only in this case
-
-    if needs_current_entropy(actor):
+    if needs_of(actor).current_entropy:
         warnings.warn(f"{ACTOR}.entropy_checkpointing=True with loss_mode={_select(config, f'{POLICY_LOSS}.loss_mode')!r} "
                       f"and entropy_coeff=0 raises the update's peak memory ({ENTROPY_CHECKPOINTING_PEAK}, measured): "
                       "verl's checkpointed entropy keeps a graph, verl_ext's default graph-free entropy needs none "
@@ -316,19 +316,22 @@ def check_cpu_lora(config: DictConfig) -> None:
                       "allowed: 0 (full fine-tuning) in CPU mode, any rank on a GPU")  # fmt: skip
 
 
+def _selecting() -> str:
+    """The losses whose batch pass selects tokens (``cov_ratio``'s and the lens's subject), for messages."""
+    return " or ".join(sorted(name for name, spec in SPECS.items() if spec.batch_select is not None))
+
+
 def check_actuator(config: DictConfig, feature: Any) -> None:
     """Entropy control's actuator must have something to act on: ``cov_ratio`` a batch-scope ``clip_cov`` / ``kl_cov``;
     ``entropy_coef`` an actor whose fixed ``entropy_coeff`` is 0 (the actuator replaces it); ``clip_high`` a policy
-    loss of :data:`~verl_ext.control.actuators.CLIP_HIGH_LOSSES` and, with ``clip_high_init`` null, an actor
+    loss of :func:`~verl_ext.losses.spec.clip_high_losses` and, with ``clip_high_init`` null, an actor
     ``clip_ratio_high`` (its rest value) inside [clip_high_min, clip_high_max]."""
-    from verl_ext.control.actuators import CLIP_HIGH_LOSSES, clip_high_refusal
-
     actor = _select(config, ACTOR)
     if feature.actuator == "cov_ratio" and not needs_batch_selection(actor):
         mode = _select(config, f"{POLICY_LOSS}.loss_mode", "vanilla")
         scope = _select(config, f"{POLICY_LOSS}.cov_scope", "batch")
         raise ConfigError("verl_ext.entropy_control.enable", f"true with actuator=cov_ratio needs {POLICY_LOSS}."
-                          f"loss_mode clip_cov or kl_cov with cov_scope=batch (it sets the driver's batch-scope "
+                          f"loss_mode {_selecting()} with cov_scope=batch (it sets the driver's batch-scope "
                           f"selection ratio); got loss_mode={mode}, cov_scope={scope}. Other actuators: "
                           "entropy_coef, pos_weight (any loss)")  # fmt: skip
     if feature.actuator == "entropy_coef":
@@ -342,7 +345,7 @@ def check_actuator(config: DictConfig, feature: Any) -> None:
         refusal = clip_high_refusal(mode)
         if refusal is not None:
             raise ConfigError("verl_ext.entropy_control.actuator", f"clip_high cannot act on {POLICY_LOSS}.loss_mode="
-                              f"{mode}: {refusal}; allowed loss_mode: {sorted(CLIP_HIGH_LOSSES)} (other actuators: "
+                              f"{mode}: {refusal}; allowed loss_mode: {sorted(clip_high_losses())} (other actuators: "
                               "entropy_coef, pos_weight, any loss)")  # fmt: skip
         if feature.clip_high_init is None:
             _, eps_high = clip_ratios(actor)
@@ -372,7 +375,7 @@ def check_driver_features(config: DictConfig) -> list[str]:
             check_actuator(config, feature)
         elif not needs_batch_selection(actor):
             scope = _select(config, f"{POLICY_LOSS}.cov_scope", "batch")
-            raise ConfigError(f"verl_ext.{key}.enable", f"true needs {POLICY_LOSS}.loss_mode clip_cov or kl_cov with "
+            raise ConfigError(f"verl_ext.{key}.enable", f"true needs {POLICY_LOSS}.loss_mode {_selecting()} with "
                               f"cov_scope=batch (it acts on the driver's batch-scope selection); got loss_mode={mode}, "
                               f"cov_scope={scope}")  # fmt: skip
         if key == "entropy_control":
@@ -382,12 +385,11 @@ def check_driver_features(config: DictConfig) -> list[str]:
                     raise ConfigError("verl_ext.entropy_control.schedule_steps", f"is null and trainer.total_training_"
                                       f"steps={total!r}: a {feature.schedule} schedule needs a length")  # fmt: skip
             if feature.actuator == "cov_ratio" and feature.ratio_init is None:
-                from verl_ext.driver.mixin import RATIO_KEYS
-
-                ratio = _select(config, f"{POLICY_LOSS}.{RATIO_KEYS[mode]}")
+                ratio_key = SPECS[mode].selection_ratio
+                ratio = _select(config, f"{POLICY_LOSS}.{ratio_key}")
                 if ratio is not None and not feature.ratio_min <= ratio <= feature.ratio_max:
                     raise ConfigError("verl_ext.entropy_control.ratio_init", f"is null, so entropy control starts from "
-                                      f"{POLICY_LOSS}.{RATIO_KEYS[mode]}={ratio}, outside [ratio_min, ratio_max] = "
+                                      f"{POLICY_LOSS}.{ratio_key}={ratio}, outside [ratio_min, ratio_max] = "
                                       f"[{feature.ratio_min}, {feature.ratio_max}]: set ratio_init or widen the bounds")  # fmt: skip
             from verl_ext.control.targets import describe
 
@@ -398,13 +400,13 @@ def check_driver_features(config: DictConfig) -> list[str]:
     return described
 
 
-def check_verl_ext(config: DictConfig, actor: Any | None = None) -> dict[str, Any]:
-    """All of verl_ext's config-time checks. ``actor`` is the built actor dataclass, if available.
+def check_verl_ext(config: DictConfig, mode: str, actor: Any | None = None) -> dict[str, Any]:
+    """verl_ext's config-time checks after :func:`check_loss_mode` (which returned ``mode``) and
+    :func:`check_strategy`, which run first of all (``verl_ext.checks.dry_run.validate``). ``actor`` is the built
+    actor dataclass, if available.
 
     Returns facts for the dry-run summary (``loss_mode``, ``trainer``, ``old_entropy``, ``cov_selected``).
     """
-    mode = check_loss_mode(config)
-    check_strategy(config)
     if actor is not None:
         check_actor_classes(actor)
     check_entropy_source(config, mode)

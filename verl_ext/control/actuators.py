@@ -8,8 +8,8 @@
 | ``clip_high`` | the PPO upper clip bound ``eps_high`` (DAPO's clip-higher; verl's ``actor.clip_ratio_high``; ``clip_high_min`` .. ``clip_high_max``): a token with ``A > 0`` keeps its gradient up to ``r = 1 + eps_high`` | + (a wider bound lets unlikely tokens with positive advantage gain more probability: entropy up, DAPO's clip-higher) | none | the actor loss (batch field ``clip_ratio_high``, handed to the policy loss as the actor's ``clip_ratio_high``) |
 
 Which controller may drive which actuator (:data:`PAIRS`) and why the others are refused (:data:`REFUSED`); which
-policy losses ``clip_high`` can act on (:data:`CLIP_HIGH_LOSSES`) and why the others are refused
-(:data:`CLIP_HIGH_REFUSED_LOSSES`).
+policy losses ``clip_high`` can act on and why the others are refused is each loss's declaration
+(:func:`verl_ext.losses.spec.clip_high_refusal`).
 
 ``clip_high``'s numbers (the keys ``clip_high_min`` / ``clip_high_max``; its rest value is the actor's configured
 ``clip_ratio_high`` unless ``clip_high_init`` is set):
@@ -65,38 +65,6 @@ REFUSED = {
 """Why each (controller, actuator) pair outside :data:`PAIRS` is refused: the error message names the pair to use."""
 
 
-CLIP_HIGH_LOSSES = {
-    "vanilla": "verl's PPO loss: clip(r, 1 - clip_ratio_low, 1 + clip_ratio_high) on every token",
-    "grpo_erc": "DAPO's dual-clip PPO surrogate with clip_ratio_high as its upper bound, then the entropy-ratio mask",
-    "clip_cov": "the PPO clipped surrogate with clip_ratio_high on the tokens Clip-Cov does not detach",
-    "high_entropy": "the dual-clip PPO surrogate with clip_ratio_high, on the high-entropy tokens",
-    "entropy_adv": "the PPO clipped surrogate with clip_ratio_high, on the entropy-shaped advantages",
-}
-"""The policy losses (``actor_rollout_ref.actor.policy_loss.loss_mode``) whose upper clip bound is verl's
-``clip_ratio_high`` in the PPO sense (a positive-advantage token loses its gradient beyond ``r = 1 + eps_high``), so
-that ``clip_high`` acts as DAPO's clip-higher: why each is allowed. Every other loss is refused; the known ones with
-their reason in :data:`CLIP_HIGH_REFUSED_LOSSES`."""
-
-CLIP_HIGH_REFUSED_LOSSES = {
-    "kl_cov": "KL-Cov does not clip (clip_ratio_high only feeds its pg_clipfrac metric): the bound would change nothing",
-    "gppo_erc": "CE-GPPO keeps the gradient of tokens beyond the bound (scaled by gppo_beta2 x (1 + clip_ratio_high)), "
-                "so the bound does not decide which positive tokens learn: DAPO's clip-higher mechanism is not there",
-    "bapo": "BAPO sets its own ratio bounds (bapo_clip_low / bapo_clip_high) each optimiser step and ignores the actor's "
-            "clip_ratio_high: a controller on that bound would change nothing, and one on BAPO's bound would fight its "
-            "search",
-}
-"""Policy losses ``clip_high`` refuses, with the reason the config-time error gives. A loss in neither this nor
-:data:`CLIP_HIGH_LOSSES` (verl's other losses: gspo, sapo, cispo, ...) is refused as not checked."""
-
-
-def clip_high_refusal(loss_mode: str) -> str | None:
-    """Why ``actuator=clip_high`` cannot act on ``loss_mode`` (``None`` when it can: :data:`CLIP_HIGH_LOSSES`)."""
-    if loss_mode in CLIP_HIGH_LOSSES:
-        return None
-    return CLIP_HIGH_REFUSED_LOSSES.get(loss_mode, f"{loss_mode} is not checked to read clip_ratio_high as the PPO "
-                                                   "upper clip bound of every token")  # fmt: skip
-
-
 @dataclass(frozen=True)
 class Actuator:
     """One actuator's range and sense, as the controllers see it."""
@@ -135,5 +103,4 @@ def actuator_from_config(config, loss_ratio: float | None = None, clip_high: flo
     raise ValueError(f"unknown actuator {name!r}; allowed {list(ACTUATORS)}")
 
 
-__all__ = ["ACTUATORS", "Actuator", "CLIP_HIGH_LOSSES", "CLIP_HIGH_MAX", "CLIP_HIGH_MIN", "CLIP_HIGH_REFUSED_LOSSES", "PAIRS",
-           "REFUSED", "actuator_from_config", "clip_high_refusal"]  # fmt: skip
+__all__ = ["ACTUATORS", "Actuator", "CLIP_HIGH_MAX", "CLIP_HIGH_MIN", "PAIRS", "REFUSED", "actuator_from_config"]

@@ -75,7 +75,7 @@ class EntropyControlConfig(PrefixedConfig):
     it), ``cov_ratio`` (Clip-Cov / KL-Cov selection ratio; ``clip_cov`` / ``kl_cov`` with ``cov_scope=batch``),
     ``entropy_coef`` (the coefficient of verl's entropy term; actor ``entropy_coeff`` must be 0), ``pos_weight``
     (EntroPIC's alpha on high-probability tokens; any policy loss) or ``clip_high`` (the PPO upper clip bound
-    ``clip_ratio_high``; the losses of :data:`~verl_ext.control.actuators.CLIP_HIGH_LOSSES`)."""
+    ``clip_ratio_high``; the losses of :func:`~verl_ext.losses.spec.clip_high_losses`)."""
 
     target: float | None = None
     """Target entropy (> 0) in ``target_unit``: nats per token, or a ratio to the first steps' entropy; the start

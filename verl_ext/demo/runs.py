@@ -21,9 +21,9 @@ from importlib import resources
 from pathlib import Path
 from typing import IO, Any
 
-from verl_ext.recipe.launch_env import quote
+from verl_ext.recipe.launch_env import LOSS_CHOICES, quote
 
-LOSSES = ("vanilla", "clip_cov", "kl_cov", "grpo_erc", "gppo_erc", "high_entropy", "entropy_adv")
+LOSSES = LOSS_CHOICES
 """The losses ``recipe/cpu_tiny.sh`` takes as ``LOSS`` (each with its config group, ``configs/policy_loss/<loss>.yaml``)."""
 
 AUTO_COV_RUN = "auto_cov"

@@ -26,7 +26,8 @@ from typing import Any, Mapping
 import torch
 from omegaconf import OmegaConf
 
-from verl_ext.config import clip_ratios, config_value, loss_mode_of, policy_loss_params
+from verl_ext.config import clip_ratios, config_value, policy_loss_params
+from verl_ext.losses import spec_of
 from verl_ext.losses.common import masked_mean
 from verl_ext.losses.selection import token_covariance
 from verl_ext.driver.checkpoints import absolute_folder, checkpoint_folder, resume_folder, resumed_step
@@ -36,8 +37,6 @@ from verl_ext.driver.token_lens import TokenLens, TokenLensConfig, lens_path
 logger = logging.getLogger(__name__)
 
 STATE_FILE = "verl_ext_driver.json"
-RATIO_KEYS = {"clip_cov": "clip_cov_ratio", "kl_cov": "kl_cov_ratio"}
-"""The policy-loss key whose value entropy control replaces, per loss."""
 
 
 def vocabulary_size(config: Any, tokenizer: Any = None) -> int | None:
@@ -94,8 +93,9 @@ class VerlExtDriver:
         self.controller: EntropyController | None = None
         if control.enable:
             configured = None
-            if control.actuator == "cov_ratio" and loss_mode_of(actor) in RATIO_KEYS:
-                (configured,) = policy_loss_params(actor, RATIO_KEYS[loss_mode_of(actor)])
+            spec = spec_of(actor)
+            if control.actuator == "cov_ratio" and spec is not None and spec.selection_ratio is not None:
+                (configured,) = policy_loss_params(actor, spec.selection_ratio)
             total = config_value(config.trainer, "total_training_steps")
             clip_high = clip_ratios(actor)[1] if control.actuator == "clip_high" else None  # its rest value
             self.controller = EntropyController(control, configured, total_steps=total, clip_high=clip_high,

@@ -10,50 +10,33 @@
 | ``entropy_adv`` | entropy-based advantage shaping (arXiv 2506.14758) |
 | ``entropic`` | EntroPIC's term on high-probability tokens (arXiv 2511.15248), the ``pos_weight`` actuator |
 | ``bapo`` | BAPO's adaptive clip bounds (arXiv 2510.18927), decided per optimiser step or per call |
+| ``spec`` | a loss's declaration (:class:`~verl_ext.losses.spec.LossSpec`) and the registry ``SPECS`` |
 | ``erc`` | the entropy-ratio mask |
 | ``common`` | per-token PPO terms, masked statistics |
 | ``selection`` | covariance token selection: hash RNG, sync-free top-k, batch scope |
 | ``kl_clip`` | KL clipping of the actor's KL loss (hard / soft, per-token thresholds) |
 
-``LOSSES`` maps the names to the functions; :mod:`verl_ext.registration` puts them in verl's registry.
-May import: torch, verl's ``core_algos``, and ``verl_ext.config``; never the trainer or the CPU harness.
+Each loss module declares its loss once (``SPEC = declare(LossSpec(...))``); importing the package imports every
+module in it, so ``SPECS`` lists them all, and :mod:`verl_ext.registration` puts their functions in verl's registry.
+A new loss is its module, its YAML group (``configs/policy_loss/``) and its row of docs/losses.md's table.
+May import: torch, verl's ``core_algos``, ``verl_ext.config`` and ``verl_ext.contract``; never the trainer or the CPU
+harness.
 """
 
 from __future__ import annotations
 
-from verl_ext.losses.bapo import compute_policy_loss_bapo
-from verl_ext.losses.clip_cov import compute_policy_loss_clip_cov
-from verl_ext.losses.entropy_adv import compute_policy_loss_entropy_adv
-from verl_ext.losses.high_entropy import compute_policy_loss_high_entropy
-from verl_ext.losses.gppo_erc import compute_policy_loss_gppo_erc
-from verl_ext.losses.grpo_erc import compute_policy_loss_grpo_erc
-from verl_ext.losses.kl_cov import compute_policy_loss_kl_cov
-from verl_ext.losses.selection import COV_LOSSES
+import importlib
+import pkgutil
 
-LOSSES = {
-    "clip_cov": compute_policy_loss_clip_cov,
-    "kl_cov": compute_policy_loss_kl_cov,
-    "grpo_erc": compute_policy_loss_grpo_erc,
-    "gppo_erc": compute_policy_loss_gppo_erc,
-    "high_entropy": compute_policy_loss_high_entropy,
-    "entropy_adv": compute_policy_loss_entropy_adv,
-    "bapo": compute_policy_loss_bapo,
-}
-ERC_LOSSES = frozenset({"grpo_erc", "gppo_erc"})
-TOKEN_MEAN_METRICS = frozenset({
-    "actor/erc/kept_frac", "actor/erc/below_frac", "actor/erc/above_frac", "actor/erc/entropy_ratio_mean",
-    "actor/erc/floor_frac",
-    "actor/clip_cov/selected_frac", "actor/clip_cov/candidate_frac", "actor/kl_cov/selected_frac",
-    "actor/high_entropy/selected_frac", "actor/entropy_adv/shaping_mean", "actor/entropy_adv/capped_frac",
-    "actor/entropic/high_prob_frac",
-})  # fmt: skip
-"""verl_ext's loss metrics that are means over the micro-batch's valid tokens: the actor loss weights them by
-each micro-batch's token count, so that their step value is the mean over the mini-batch's tokens whatever the
-micro-batching (dynamic batch size packs micro-batches of unequal size)."""
+from verl_ext.losses.spec import SPECS, LossSpec, Needs, declare, needs_of, spec_of, token_mean_metrics
+
+for _module in pkgutil.iter_modules(__path__):  # each loss module declares its loss when imported (alphabetical)
+    importlib.import_module(f"{__name__}.{_module.name}")
 
 
-CURRENT_ENTROPY_LOSSES = frozenset({"entropy_adv"})
-"""Losses besides ERC that need the update forward's entropy (``high_entropy`` too, in micro scope)."""
+def losses() -> dict[str, object]:
+    """Every declared loss's function by name (what :mod:`verl_ext.registration` registers)."""
+    return {name: spec.loss for name, spec in SPECS.items()}
 
 
-__all__ = ["LOSSES", "ERC_LOSSES", "COV_LOSSES", "CURRENT_ENTROPY_LOSSES", "TOKEN_MEAN_METRICS"]
+__all__ = ["SPECS", "LossSpec", "Needs", "declare", "losses", "needs_of", "spec_of", "token_mean_metrics"]

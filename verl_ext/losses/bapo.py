@@ -62,6 +62,7 @@ from typing import Any, Optional
 import torch
 
 from verl_ext.config import bapo_steps, dual_clip_c, policy_loss_params
+from verl_ext.losses.spec import LossSpec, Needs, declare
 from verl_ext.losses.common import LOG_RATIO_BOUND, aggregate, apply_rollout_weights, dual_clip, masked_mean, metric_frac
 
 logger = logging.getLogger(__name__)
@@ -201,3 +202,32 @@ def compute_policy_loss_bapo(
     pg_losses = dual_clip(torch.maximum(unclipped, clipped), advantages, c, mask, metrics)
     pg_losses = apply_rollout_weights(pg_losses, rollout_is_weights)
     return aggregate(pg_losses, mask, loss_agg_mode, config), metrics
+
+
+def bapo_needs(policy_loss: Any) -> Needs:
+    """``bapo_scope=step`` (the default): the bounds decided once per optimiser step by a no-grad pass over its
+    mini-batch on every rank; ``micro``: none (each call decides)."""
+    (scope,) = policy_loss_params({"policy_loss": policy_loss}, "bapo_scope")
+    return Needs(step_pass=scope == "step", micro_key="bapo_scope")
+
+
+def summary_line(policy_loss: Any) -> str:
+    """The dry-run summary's line: which bounds apply and where they are decided."""
+    (scope,) = policy_loss_params({"policy_loss": policy_loss}, "bapo_scope")
+    where = "decided once per optimiser step by a no-grad pass over its mini-batch" if scope == "step" else "decided in each loss call"
+    return ("bapo      : the clip line's clip_ratio_low / clip_ratio_high are not used: the bounds are "
+            "bapo_clip_low..bapo_clip_low_max and bapo_clip_high..bapo_clip_high_max, clip_ratio_c is the dual "
+            f"clip; {where}")  # fmt: skip
+
+
+SPEC = declare(LossSpec(
+    name="bapo",
+    loss=compute_policy_loss_bapo,
+    paper="BAPO's adaptive clip bounds (arXiv 2510.18927), decided per optimiser step or per call",
+    keys=BAPO_KEYS,
+    needs=bapo_needs,
+    clip_high_refusal="BAPO sets its own ratio bounds (bapo_clip_low / bapo_clip_high) each optimiser step and "
+                      "ignores the actor's clip_ratio_high: a controller on that bound would change nothing, and one "
+                      "on BAPO's bound would fight its search",
+    summary=summary_line,
+))  # fmt: skip

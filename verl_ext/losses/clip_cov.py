@@ -30,10 +30,12 @@ from typing import Any, Optional
 import torch
 
 from verl_ext.config import clip_ratios, policy_loss_params
+from verl_ext.losses.spec import LossSpec, declare
 from verl_ext.losses.common import aggregate, apply_rollout_weights, base_metrics, metric_frac, ppo_terms
 from verl_ext.losses.selection import (
     clip_cov_eligible,
     clip_cov_select,
+    cov_needs,
     note_micro_fallback,
     selection_metrics,
     token_covariance,
@@ -78,3 +80,27 @@ def compute_policy_loss_clip_cov(
     pg_losses = torch.where(selected, pg_losses.detach(), pg_losses)
     pg_losses = apply_rollout_weights(pg_losses, rollout_is_weights)
     return aggregate(pg_losses, mask, loss_agg_mode, config), metrics
+
+
+def select_for_batch(cov: torch.Tensor, mask: torch.Tensor, key: torch.Tensor, config: Any, step: int, ratio: float,
+                     metrics: dict | None) -> torch.Tensor:
+    """The batch scope's draw (:func:`~verl_ext.losses.selection.select_tokens_for_batch`): every valid token with
+    ``lb < cov < ub`` is a candidate (before the update every ratio is 1), seeded per step."""
+    lb, ub, seed = policy_loss_params(config, "clip_cov_lb", "clip_cov_ub", "cov_seed")
+    if metrics is not None:  # the budget is min(k, candidates): how many the bounds admitted
+        metrics["actor/clip_cov/candidate_frac"] = metric_frac(clip_cov_eligible(cov, mask, lb, ub), mask)
+    return clip_cov_select(cov, mask, mask, key, ratio, lb, ub, seed + 1_000_003 * step)
+
+
+SPEC = declare(LossSpec(
+    name="clip_cov",
+    loss=compute_policy_loss_clip_cov,
+    paper="Clip-Cov (arXiv 2505.22617): the gradient of a random share of high-covariance tokens detached",
+    keys=("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "cov_scope", "cov_seed"),
+    needs=cov_needs,
+    token_mean_metrics=frozenset({"actor/clip_cov/selected_frac", "actor/clip_cov/candidate_frac"}),
+    clip_high="the PPO clipped surrogate with clip_ratio_high on the tokens Clip-Cov does not detach",
+    selection_ratio="clip_cov_ratio",
+    batch_select=select_for_batch,
+    replaces_verl=True,
+))  # fmt: skip

@@ -26,6 +26,10 @@ HIGH_PROB_THRESHOLD = 0.95
 """EntroPIC's ``high_prob_thresh``: a token is high-probability when ``pi(a_i) > 0.95`` under the current policy."""
 
 
+ENTROPIC_METRICS = frozenset({"actor/entropic/high_prob_frac"})
+"""The term's metrics that are means over the call's valid tokens."""
+
+
 def entropic_term(
     log_prob: torch.Tensor,
     old_log_prob: torch.Tensor,

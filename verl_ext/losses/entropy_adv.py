@@ -23,6 +23,7 @@ from typing import Any, Optional
 import torch
 
 from verl_ext.config import clip_ratios, dual_clip_c, policy_loss_params
+from verl_ext.losses.spec import LossSpec, Needs, declare
 from verl_ext.losses.common import (aggregate, apply_rollout_weights, base_metrics, dual_clip_losses, masked_mean,
                                     metric_frac, ppo_terms)
 
@@ -64,4 +65,15 @@ def compute_policy_loss_entropy_adv(
     return aggregate(pg_losses, mask, loss_agg_mode, config), metrics
 
 
-__all__ = ["compute_policy_loss_entropy_adv", "shaped_advantages"]
+SPEC = declare(LossSpec(
+    name="entropy_adv",
+    loss=compute_policy_loss_entropy_adv,
+    paper="entropy-based advantage shaping (arXiv 2506.14758)",
+    keys=("entropy_adv_alpha", "entropy_adv_kappa"),
+    needs=lambda policy_loss: Needs(current_entropy=True),
+    token_mean_metrics=frozenset({"actor/entropy_adv/shaping_mean", "actor/entropy_adv/capped_frac"}),
+    clip_high="the PPO clipped surrogate with clip_ratio_high, on the entropy-shaped advantages",
+))  # fmt: skip
+
+
+__all__ = ["SPEC", "compute_policy_loss_entropy_adv", "shaped_advantages"]

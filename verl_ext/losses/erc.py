@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from verl_ext.config import policy_loss_params
+from verl_ext.losses.spec import Needs
 
 ERC_EPS = 1e-8
 """The paper's ``1e-8`` in the ratio's numerator and denominator."""
@@ -45,6 +46,16 @@ _HOW_TO_ENABLE = (
     "when calling the loss directly, pass entropy=<current entropy> and old_entropy=<old-policy entropy> "
     "(tensors shaped like log_prob)."
 )
+
+
+ERC_METRICS = frozenset({"actor/erc/kept_frac", "actor/erc/below_frac", "actor/erc/above_frac",
+                         "actor/erc/entropy_ratio_mean", "actor/erc/floor_frac"})  # fmt: skip
+"""The mask's metrics, means over the call's valid tokens (the ERC losses' token-mean metrics)."""
+
+
+def erc_needs(policy_loss: Any) -> Needs:
+    """The ERC losses' needs: the old policy's entropy (batch field) and the update forward's."""
+    return Needs(old_entropy=True, current_entropy=True)
 
 
 def require_entropies(loss_mode: str, entropy: torch.Tensor | None, old_entropy: torch.Tensor | None) -> None:

@@ -27,7 +27,8 @@ import torch
 
 from verl_ext.config import clip_ratios, dual_clip_c, policy_loss_params
 from verl_ext.losses.common import aggregate, apply_rollout_weights, base_metrics, dual_clip, ppo_terms
-from verl_ext.losses.erc import entropy_ratio_mask, require_entropies
+from verl_ext.losses.erc import ERC_METRICS, entropy_ratio_mask, erc_needs, require_entropies
+from verl_ext.losses.spec import LossSpec, declare
 
 
 def compute_policy_loss_gppo_erc(
@@ -66,3 +67,16 @@ def compute_policy_loss_gppo_erc(
     pg_losses, erc_metrics = entropy_ratio_mask(pg_losses, entropy, old_entropy, mask, config)
     metrics.update(erc_metrics)
     return aggregate(pg_losses, mask, loss_agg_mode, config), metrics
+
+
+SPEC = declare(LossSpec(
+    name="gppo_erc",
+    loss=compute_policy_loss_gppo_erc,
+    paper="Entropy Ratio Clipping on CE-GPPO's gradient-preserving clip (arXiv 2509.20712)",
+    keys=("entropy_mask_low", "entropy_mask_high", "gppo_beta1", "gppo_beta2"),
+    needs=erc_needs,
+    token_mean_metrics=ERC_METRICS,
+    clip_high_refusal="CE-GPPO keeps the gradient of tokens beyond the bound (scaled by gppo_beta2 x (1 + "
+                      "clip_ratio_high)), so the bound does not decide which positive tokens learn: DAPO's clip-higher "
+                      "mechanism is not there",
+))  # fmt: skip

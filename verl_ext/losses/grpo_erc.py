@@ -19,7 +19,8 @@ import torch
 
 from verl_ext.config import clip_ratios, dual_clip_c
 from verl_ext.losses.common import aggregate, apply_rollout_weights, base_metrics, dual_clip_losses, ppo_terms
-from verl_ext.losses.erc import entropy_ratio_mask, require_entropies
+from verl_ext.losses.erc import ERC_METRICS, entropy_ratio_mask, erc_needs, require_entropies
+from verl_ext.losses.spec import LossSpec, declare
 
 
 def compute_policy_loss_grpo_erc(
@@ -46,3 +47,14 @@ def compute_policy_loss_grpo_erc(
     pg_losses, erc_metrics = entropy_ratio_mask(pg_losses, entropy, old_entropy, mask, config)
     metrics.update(erc_metrics)
     return aggregate(pg_losses, mask, loss_agg_mode, config), metrics
+
+
+SPEC = declare(LossSpec(
+    name="grpo_erc",
+    loss=compute_policy_loss_grpo_erc,
+    paper="Entropy Ratio Clipping (arXiv 2512.05591) on DAPO's dual-clip PPO loss",
+    keys=("entropy_mask_low", "entropy_mask_high"),
+    needs=erc_needs,
+    token_mean_metrics=ERC_METRICS,
+    clip_high="DAPO's dual-clip PPO surrogate with clip_ratio_high as its upper bound, then the entropy-ratio mask",
+))  # fmt: skip

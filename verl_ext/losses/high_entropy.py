@@ -39,7 +39,9 @@ import torch
 
 from verl_ext.config import clip_ratios, dual_clip_c, policy_loss_params
 from verl_ext.losses.common import aggregate, apply_rollout_weights, base_metrics, dual_clip_losses, metric_frac, ppo_terms
+from verl_ext.contract import HIGH_ENTROPY_WEIGHT
 from verl_ext.losses.selection import rank_select, token_hash
+from verl_ext.losses.spec import LossSpec, Needs, declare
 
 _HOW_TO_ENABLE = (
     "Train through `python -m verl_ext.main_ppo`, which adds the batch field `high_entropy_weight` (high_entropy_scope="
@@ -108,4 +110,31 @@ def compute_policy_loss_high_entropy(
     return aggregate(pg_losses, mask, loss_agg_mode, config), metrics
 
 
-__all__ = ["compute_policy_loss_high_entropy", "high_entropy_weights", "micro_weights"]
+def high_entropy_needs(policy_loss: Any) -> Needs:
+    """``batch`` scope (the default): the driver's weights over the whole batch, ranked by the old pass's entropy;
+    ``micro``: the update forward's entropy."""
+    (scope,) = policy_loss_params({"policy_loss": policy_loss}, "high_entropy_scope")
+    if scope == "batch":
+        return Needs(batch_field=HIGH_ENTROPY_WEIGHT, micro_key="high_entropy_scope")
+    return Needs(current_entropy=True, micro_key="high_entropy_scope")
+
+
+def batch_weights(entropy: torch.Tensor, mask: torch.Tensor, config: Any, key: torch.Tensor | None):
+    """The driver's weights (:func:`high_entropy_weights`) with the configured ``high_entropy_ratio``."""
+    (ratio,) = policy_loss_params(config, "high_entropy_ratio")
+    return high_entropy_weights(entropy, mask, ratio, key)
+
+
+SPEC = declare(LossSpec(
+    name="high_entropy",
+    loss=compute_policy_loss_high_entropy,
+    paper="policy gradient on the high-entropy minority of tokens (arXiv 2506.01939), batch or micro scope",
+    keys=("high_entropy_ratio", "high_entropy_scope"),
+    needs=high_entropy_needs,
+    token_mean_metrics=frozenset({"actor/high_entropy/selected_frac"}),
+    clip_high="the dual-clip PPO surrogate with clip_ratio_high, on the high-entropy tokens",
+    batch_weights=batch_weights,
+))  # fmt: skip
+
+
+__all__ = ["SPEC", "compute_policy_loss_high_entropy", "high_entropy_weights", "micro_weights"]

@@ -19,7 +19,8 @@ import torch
 
 from verl_ext.config import clip_ratios, policy_loss_params
 from verl_ext.losses.common import aggregate, apply_rollout_weights, base_metrics, masked_mean, metric_frac, ppo_terms
-from verl_ext.losses.selection import kl_cov_select, note_micro_fallback, selection_metrics, token_covariance
+from verl_ext.losses.selection import cov_needs, kl_cov_select, note_micro_fallback, selection_metrics, token_covariance
+from verl_ext.losses.spec import LossSpec, declare
 
 
 def compute_policy_loss_kl_cov(
@@ -58,3 +59,25 @@ def compute_policy_loss_kl_cov(
     pg_losses = torch.where(selected, terms.unclipped + coef * abs_kl, terms.unclipped)
     pg_losses = apply_rollout_weights(pg_losses, rollout_is_weights)
     return aggregate(pg_losses, mask, loss_agg_mode, config), metrics
+
+
+def select_for_batch(cov: torch.Tensor, mask: torch.Tensor, key: torch.Tensor, config: Any, step: int, ratio: float,
+                     metrics: dict | None) -> torch.Tensor:
+    """The batch scope's selection (:func:`~verl_ext.losses.selection.select_tokens_for_batch`): the top tokens by
+    covariance over the whole batch."""
+    return kl_cov_select(cov, mask, ratio)
+
+
+SPEC = declare(LossSpec(
+    name="kl_cov",
+    loss=compute_policy_loss_kl_cov,
+    paper="KL-Cov (arXiv 2505.22617): a KL penalty on the highest-covariance tokens",
+    keys=("kl_cov_ratio", "ppo_kl_coef", "cov_scope"),
+    needs=cov_needs,
+    token_mean_metrics=frozenset({"actor/kl_cov/selected_frac"}),
+    clip_high_refusal="KL-Cov does not clip (clip_ratio_high only feeds its pg_clipfrac metric): the bound would "
+                      "change nothing",
+    selection_ratio="kl_cov_ratio",
+    batch_select=select_for_batch,
+    replaces_verl=True,
+))  # fmt: skip

@@ -31,7 +31,8 @@ from typing import Any
 import torch
 
 from verl_ext.config import POLICY_LOSS_PREFIX, ConfigError, check_policy_loss_params, policy_loss_params
-from verl_ext.losses.common import metric_frac
+from verl_ext.contract import COV_SELECTED
+from verl_ext.losses.spec import SPECS, Needs
 
 logger = logging.getLogger(__name__)
 _FALLBACK_NOTED: set[str] = set()
@@ -54,8 +55,6 @@ def note_micro_fallback(loss_name: str, config: Any) -> None:
             loss_name,
         )
 
-COV_LOSSES = frozenset({"clip_cov", "kl_cov"})
-"""The losses that select tokens by covariance (exported by :mod:`verl_ext.losses`)."""
 _MASK32 = 0xFFFFFFFF
 
 
@@ -179,7 +178,15 @@ def selection_metrics(prefix: str, selected: torch.Tensor, cov: torch.Tensor, ma
     }
 
 
-def _checked_ratio(key: str, ratio: float) -> float:
+def cov_needs(policy_loss: Any) -> Needs:
+    """Clip-Cov's and KL-Cov's needs: with ``cov_scope=batch`` (the default) the driver's selection over the whole
+    batch (field ``cov_selected``); with ``micro`` none (the loss call selects)."""
+    (scope,) = policy_loss_params({"policy_loss": policy_loss}, "cov_scope")
+    return Needs(batch_field=COV_SELECTED if scope == "batch" else None, micro_key="cov_scope")
+
+
+def checked_ratio(key: str, ratio: float) -> float:
+    """``ratio`` (a selection ratio given instead of the configured ``key``), validated as ``key`` is."""
     check_policy_loss_params({key: ratio})
     return float(ratio)
 
@@ -203,7 +210,7 @@ def select_tokens_for_batch(
     the candidate set is all valid tokens with ``lb < cov < ub``. A selected token that PPO clips at its update has
     no gradient either way (it spends part of the budget without effect); ``cov_scope=micro`` applies the condition.
 
-    :param loss_mode: ``clip_cov`` or ``kl_cov``.
+    :param loss_mode: a loss whose spec has a ``batch_select`` (``clip_cov``, ``kl_cov``).
     :param advantages: ``(batch, response_length)``, the whole batch's (as are ``old_log_prob`` and ``response_mask``).
     :param old_log_prob: the old policy's log-probs.
     :param response_mask: the valid response tokens.
@@ -222,21 +229,14 @@ def select_tokens_for_batch(
     if key is not None and key.shape != old_log_prob.shape:
         raise ValueError(f"verl_ext batch-scope selection: key shaped {tuple(key.shape)}, old log-probs "
                          f"{tuple(old_log_prob.shape)}: they must match (padded response positions)")  # fmt: skip
+    spec = SPECS.get(loss_mode)
+    if spec is None or spec.batch_select is None:
+        able = sorted(name for name, s in SPECS.items() if s.batch_select is not None)
+        raise ConfigError(f"{POLICY_LOSS_PREFIX}loss_mode", f"{loss_mode!r}: batch-scope selection exists for {able} only")
     cov = token_covariance(advantages, old_log_prob, mask)
-    if loss_mode == "clip_cov":
-        configured, lb, ub, seed = policy_loss_params(config, "clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "cov_seed")
-        ratio = configured if ratio is None else _checked_ratio("clip_cov_ratio", ratio)
-        draw_key = old_log_prob if key is None else key
-        selected = clip_cov_select(cov, mask, mask, draw_key, ratio, lb, ub, seed + 1_000_003 * step)
-    elif loss_mode == "kl_cov":
-        (configured,) = policy_loss_params(config, "kl_cov_ratio")
-        ratio = configured if ratio is None else _checked_ratio("kl_cov_ratio", ratio)
-        selected = kl_cov_select(cov, mask, ratio)
-    else:
-        raise ConfigError(f"{POLICY_LOSS_PREFIX}loss_mode", f"{loss_mode!r}: batch-scope selection exists for "
-                          f"{sorted(COV_LOSSES)} only")
+    (configured,) = policy_loss_params(config, spec.selection_ratio)
+    ratio = configured if ratio is None else checked_ratio(spec.selection_ratio, ratio)
+    selected = spec.batch_select(cov, mask, old_log_prob if key is None else key, config, step, ratio, metrics)
     if metrics is not None:
         metrics.update(selection_metrics(f"actor/{loss_mode}", selected, cov, mask))
-        if loss_mode == "clip_cov":  # the budget is min(k, candidates): how many the bounds admitted
-            metrics["actor/clip_cov/candidate_frac"] = metric_frac(clip_cov_eligible(cov, mask, lb, ub), mask)
     return selected

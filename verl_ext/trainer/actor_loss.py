@@ -30,7 +30,7 @@ What verl_ext adds:
   by (``actor/entropy_control/loss_change``, ``actor/entropic/loss_change``), measured on the loss tensor itself.
 * the ``clip_high`` actuator: the batch field ``clip_ratio_high`` (one value on every token) replaces the actor's
   ``clip_ratio_high`` in the config the policy loss is called with (:func:`with_clip_ratio_high`), for the losses of
-  :data:`~verl_ext.control.actuators.CLIP_HIGH_LOSSES` only; the bound the loss received is logged as
+  :func:`~verl_ext.losses.spec.clip_high_losses` only; the bound the loss received is logged as
   ``actor/entropy_control/clip_ratio_high``.
   With entropy control on with one of them (the actor keys ``entropy_control_enable`` / ``entropy_control_actuator``),
   a batch without its field is an error (:func:`check_actuator_field`), not a term silently left out.
@@ -57,12 +57,11 @@ from verl.workers.utils.padding import no_padding_2_padding
 
 from verl_ext.config import loss_mode_of, policy_loss_params
 from verl_ext.contract import CLIP_RATIO_HIGH, ENTROPY_COEF, HIGH_ENTROPY_WEIGHT, POS_WEIGHT, POS_WEIGHT_NORM
-from verl_ext.control.actuators import clip_high_refusal
-from verl_ext.losses import CURRENT_ENTROPY_LOSSES, TOKEN_MEAN_METRICS
-from verl_ext.losses.entropic import HIGH_PROB_THRESHOLD, entropic_term
+from verl_ext.losses import needs_of, token_mean_metrics
+from verl_ext.losses.spec import clip_high_refusal
+from verl_ext.losses.entropic import ENTROPIC_METRICS, HIGH_PROB_THRESHOLD, entropic_term
 from verl_ext.losses.kl_clip import clipped_kl_matrix
-from verl_ext.trainer.hooks import (ACTUATOR_FIELDS, COV_SELECTED, OLD_ENTROPY, needs_batch_selection,
-                                   needs_entropy_selection, needs_old_entropy)
+from verl_ext.trainer.hooks import ACTUATOR_FIELDS, COV_SELECTED, OLD_ENTROPY
 
 BASE_FIELDS = ("response_mask", "old_log_probs", "advantages")
 OPTIONAL_FIELDS = ("rollout_is_weights", "ref_log_prob", OLD_ENTROPY, COV_SELECTED, HIGH_ENTROPY_WEIGHT,
@@ -100,64 +99,46 @@ def policy_metrics(pg_metrics: dict[str, Any], response_mask: torch.Tensor, data
     if total is None:
         return metrics
     weight = response_mask.sum().to(torch.float64) / total * data["dp_size"]
-    for key in TOKEN_MEAN_METRICS & pg_metrics.keys():
+    for key in (token_mean_metrics() | ENTROPIC_METRICS) & pg_metrics.keys():
         metrics[key] = Metric(value=pg_metrics[key].to(torch.float64) * weight, aggregation=AggregationType.SUM)
     return metrics
 
 
-def policy_loss_extras(config: Any, batch: TensorDict, entropy: torch.Tensor | None) -> dict[str, torch.Tensor]:
-    """The extra keyword inputs for the configured policy loss, from the padded ``batch`` and the entropy.
+def policy_loss_extras(config: Any, batch: TensorDict, entropy: torch.Tensor | None,
+                       bapo_bounds: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """The extra keyword inputs of the configured policy loss, as its spec's :class:`~verl_ext.losses.Needs` say:
+    the update forward's ``entropy``, the batch's ``old_entropy``, its batch-scope field, the step's bounds.
 
-    Decided by the same predicates the trainer hooks use to add the fields (``needs_old_entropy``,
-    ``needs_batch_selection``). Raises ``ValueError`` when a batch-scope Clip-Cov / KL-Cov batch lacks
-    ``cov_selected`` (the selection is made by verl_ext's trainer before the update; silently re-selecting
-    per micro-batch would change the method). Missing ERC entropies are reported by the ERC loss itself.
+    A batch-scope field or the step's bounds that verl_ext's trainer did not supply is a ``ValueError`` naming the key
+    that moves the work into the loss call (computing it per micro-batch instead would silently change the method).
+    Missing entropies are reported by the loss itself.
     """
+    needs = needs_of(config)
     extras: dict[str, torch.Tensor] = {}
-    if needs_old_entropy(config):
-        if entropy is not None:
-            extras["entropy"] = entropy
-        if OLD_ENTROPY in batch.keys():
-            extras["old_entropy"] = batch[OLD_ENTROPY]
-    elif needs_batch_selection(config):
-        if COV_SELECTED not in batch.keys():
-            raise ValueError(
-                f"verl_ext: actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode_of(config)} with "
-                f"cov_scope=batch needs the batch field '{COV_SELECTED}', which verl_ext's trainer (python -m "
-                "verl_ext.main_ppo) adds before each actor update; with another driver, add it with "
-                "verl_ext.losses.selection.select_tokens_for_batch or set policy_loss.cov_scope=micro"
-            )
-        extras["cov_selected"] = batch[COV_SELECTED].bool()
-    elif needs_entropy_selection(config):
-        if HIGH_ENTROPY_WEIGHT not in batch.keys():
-            raise ValueError(
-                "verl_ext: actor_rollout_ref.actor.policy_loss.loss_mode=high_entropy with high_entropy_scope=batch "
-                f"needs the batch field '{HIGH_ENTROPY_WEIGHT}', which verl_ext's trainer (python -m verl_ext.main_ppo) "
-                "adds before each actor update; with another driver, add it with verl_ext.losses.high_entropy."
-                "high_entropy_weights or set policy_loss.high_entropy_scope=micro"
-            )
-        extras["high_entropy_weight"] = batch[HIGH_ENTROPY_WEIGHT]
-    elif loss_mode_of(config) in CURRENT_ENTROPY_LOSSES or loss_mode_of(config) == "high_entropy":
-        if entropy is not None:
-            extras["entropy"] = entropy
+    if needs.current_entropy and entropy is not None:
+        extras["entropy"] = entropy
+    if needs.old_entropy and OLD_ENTROPY in batch.keys():
+        extras[OLD_ENTROPY] = batch[OLD_ENTROPY]
+    if needs.batch_field is not None:
+        if needs.batch_field not in batch.keys():
+            raise ValueError(_not_supplied(config, f"the batch field '{needs.batch_field}', which verl_ext's trainer "
+                                                   "adds before each actor update", needs.micro_key))  # fmt: skip
+        extras[needs.batch_field] = batch[needs.batch_field]
+    if needs.step_pass:
+        if bapo_bounds is None:
+            raise ValueError(_not_supplied(config, "the optimiser step's bounds, which verl_ext's actor worker decides "
+                                                   "by a no-grad pass before each step", needs.micro_key))  # fmt: skip
+        extras["bapo_bounds"] = bapo_bounds
     return extras
 
 
-def bapo_extras(config: Any, bapo_bounds: torch.Tensor | None) -> dict[str, torch.Tensor]:
-    """``{"bapo_bounds": ...}`` for ``bapo`` with ``bapo_scope=step``; a ``ValueError`` when the worker supplied none
-    (deciding them per micro-batch instead would silently change the method); ``{}`` otherwise."""
-    if loss_mode_of(config) != "bapo":
-        return {}
-    (scope,) = policy_loss_params(config, "bapo_scope")
-    if scope != "step":
-        return {}
-    if bapo_bounds is None:
-        raise ValueError(
-            "verl_ext: actor_rollout_ref.actor.policy_loss.loss_mode=bapo with bapo_scope=step needs the optimiser "
-            "step's bounds, which verl_ext's actor worker (python -m verl_ext.main_ppo) decides by a no-grad pass "
-            "before each step; with another driver set policy_loss.bapo_scope=micro"
-        )
-    return {"bapo_bounds": bapo_bounds}
+def _not_supplied(config: Any, what: str, micro_key: str | None) -> str:
+    mode = loss_mode_of(config)
+    scope = f"{micro_key}={policy_loss_params(config, micro_key)[0]}" if micro_key else "its settings"
+    micro = f" or set policy_loss.{micro_key}=micro" if micro_key else ""
+    return (f"verl_ext: actor_rollout_ref.actor.policy_loss.loss_mode={mode} with {scope} needs {what} (python -m "
+            f"verl_ext.main_ppo); with another driver, supply it as verl_ext's trainer does{micro}")
+
 
 
 def check_actuator_field(config: Any, fields: Any) -> None:
@@ -186,7 +167,7 @@ def with_clip_ratio_high(config: Any, field: torch.Tensor, mask: torch.Tensor) -
     step value, one number on every token), and that value: a shallow copy, so that verl's and verl_ext's policy
     losses read the bound where they always do (``config.clip_ratio_high``) and everything else is shared (the global
     batch info set for this micro-batch). One host read of the value per micro-batch (verl's own losses read their
-    metrics the same way). A loss outside :data:`~verl_ext.control.actuators.CLIP_HIGH_LOSSES`, or a field whose
+    metrics the same way). A loss outside :func:`~verl_ext.losses.spec.clip_high_losses`, or a field whose
     valid tokens disagree, is a ``ValueError``."""
     mode = loss_mode_of(config)
     refusal = clip_high_refusal(mode)
@@ -265,8 +246,7 @@ def ppo_loss(
         loss_agg_mode=config.loss_agg_mode,
         config=loss_config,
         rollout_is_weights=batch.get("rollout_is_weights", None),
-        **policy_loss_extras(config, batch, entropy),
-        **bapo_extras(config, bapo_bounds),
+        **policy_loss_extras(config, batch, entropy, bapo_bounds),
     )
     metrics: dict[str, Any] = policy_metrics(pg_metrics, response_mask, data)
     metrics["actor/pg_loss"] = Metric(value=pg_loss, aggregation=aggregation)
@@ -322,5 +302,5 @@ def ppo_loss(
     return policy_loss, metrics
 
 
-__all__ = ["CLIP_HIGH_METRIC", "bapo_extras", "check_actuator_field", "high_prob_normaliser", "with_clip_ratio_high",
+__all__ = ["CLIP_HIGH_METRIC", "check_actuator_field", "high_prob_normaliser", "with_clip_ratio_high",
            "kl_loss", "policy_loss_extras", "policy_metrics", "ppo_loss"]

@@ -46,9 +46,9 @@ from verl.utils import tensordict_utils as tu
 from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 from verl.workers.utils.losses import ppo_loss as verl_ppo_loss
 
-from verl_ext.config import config_value, loss_mode_of, policy_loss_params
+from verl_ext.config import config_value, loss_mode_of
 from verl_ext.contract import ENTROPY_COEF
-from verl_ext.losses import CURRENT_ENTROPY_LOSSES, ERC_LOSSES
+from verl_ext.losses import needs_of
 from verl_ext.trainer.bapo_step import decide_step_bounds, needs_step_bounds
 
 logger = logging.getLogger(__name__)
@@ -68,12 +68,9 @@ class EntropyPlan:
 
 
 def needs_current_entropy(actor_config: Any) -> bool:
-    """Whether the configured loss reads the update forward's entropy: ERC, ``entropy_adv``, micro-scope
-    ``high_entropy``."""
-    mode = loss_mode_of(actor_config)
-    if mode == "high_entropy":
-        return policy_loss_params(actor_config, "high_entropy_scope") == ("micro",)
-    return mode in ERC_LOSSES or mode in CURRENT_ENTROPY_LOSSES
+    """Whether the configured loss reads the update forward's entropy (its spec's ``Needs.current_entropy``: ERC,
+    ``entropy_adv``, micro-scope ``high_entropy``)."""
+    return needs_of(actor_config).current_entropy
 
 
 def entropy_plan(actor_config: Any, fields: Any = ()) -> EntropyPlan:

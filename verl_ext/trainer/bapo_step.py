@@ -27,16 +27,14 @@ from tensordict import TensorDict
 from verl.utils import tensordict_utils as tu
 from verl.workers.utils.padding import no_padding_2_padding
 
-from verl_ext.config import loss_mode_of, policy_loss_params
+from verl_ext.config import policy_loss_params
+from verl_ext.losses import needs_of
 from verl_ext.losses.bapo import bound_grid, decide_bounds, step_statistics
 
 
 def needs_step_bounds(actor_config: Any) -> bool:
-    """True for ``bapo`` with ``policy_loss.bapo_scope == "step"`` (the default)."""
-    if actor_config is None or loss_mode_of(actor_config) != "bapo":
-        return False
-    (scope,) = policy_loss_params(actor_config, "bapo_scope")
-    return scope == "step"
+    """Whether the loss's spec asks for a per-step pass (``bapo`` with ``bapo_scope=step``, the default)."""
+    return actor_config is not None and needs_of(actor_config).step_pass
 
 
 class StatisticsAccumulator:

@@ -32,12 +32,11 @@ import torch
 from tensordict import TensorDict
 from verl.workers.utils.padding import response_to_nested
 
-from verl_ext.config import config_value, loss_mode_of, policy_loss_params
+from verl_ext.config import loss_mode_of
 from verl_ext.contract import (CLIP_RATIO_HIGH, COV_SELECTED, ENTROPY_COEF, HIGH_ENTROPY_WEIGHT, OLD_ENTROPY,
                                POS_WEIGHT, POS_WEIGHT_NORM)
 from verl_ext.driver.mixin import VerlExtDriver
-from verl_ext.losses import COV_LOSSES, ERC_LOSSES
-from verl_ext.losses.high_entropy import high_entropy_weights
+from verl_ext.losses import needs_of, spec_of
 from verl_ext.losses.selection import select_tokens_for_batch, token_budget
 
 
@@ -56,16 +55,14 @@ ACTUATOR_FIELDS = {"entropy_coef": ENTROPY_COEF, "pos_weight": POS_WEIGHT, "clip
 
 
 def needs_old_entropy(actor_config: Any) -> bool:
-    """True for the ERC losses, which mask by ``H / H_old`` and so need ``old_entropy``."""
-    return loss_mode_of(actor_config) in ERC_LOSSES
+    """Whether the loss reads the old policy's entropy as batch field ``old_entropy`` (the ERC losses)."""
+    return needs_of(actor_config).old_entropy
 
 
 def needs_entropy_selection(actor_config: Any) -> bool:
-    """True for ``high_entropy`` with ``policy_loss.high_entropy_scope == "batch"`` (the default)."""
-    if loss_mode_of(actor_config) != "high_entropy":
-        return False
-    (scope,) = policy_loss_params(actor_config, "high_entropy_scope")
-    return scope == "batch"
+    """Whether the driver weights the batch's tokens by the old pass's entropy (``high_entropy_weight``:
+    ``high_entropy`` with ``high_entropy_scope=batch``, the default)."""
+    return needs_of(actor_config).batch_field == HIGH_ENTROPY_WEIGHT
 
 
 def needs_update_fields(actor_config: Any, driver: VerlExtDriver) -> bool:
@@ -79,9 +76,9 @@ def needs_driver_entropy(actor_config: Any, driver: VerlExtDriver) -> bool:
 
 
 def needs_batch_selection(actor_config: Any) -> bool:
-    """True for ``clip_cov`` / ``kl_cov`` with ``policy_loss.cov_scope == "batch"`` (the default)."""
-    scope = config_value(config_value(actor_config, "policy_loss"), "cov_scope", "batch")
-    return loss_mode_of(actor_config) in COV_LOSSES and (scope or "batch") == "batch"
+    """Whether the driver selects the batch's tokens before the update (``cov_selected``: ``clip_cov`` / ``kl_cov``
+    with ``cov_scope=batch``, the default)."""
+    return needs_of(actor_config).batch_field == COV_SELECTED
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -191,10 +188,10 @@ def update_fields(
         if entropy is None:
             raise KeyError("verl_ext: batch-scope high_entropy needs the old-log-prob pass's entropy, which this batch "
                            "lacks (rollout_correction.bypass_mode skips that pass)")  # fmt: skip
-        (ratio,) = policy_loss_params(actor_config, "high_entropy_ratio")
-        weights, stats = high_entropy_weights(entropy, mask, ratio, padded["responses"])
+        spec = spec_of(actor_config)
+        weights, stats = spec.batch_weights(entropy, mask, actor_config, padded["responses"])
         fields[HIGH_ENTROPY_WEIGHT] = weights
-        metrics.update({f"actor/high_entropy/batch_{k}": v for k, v in stats.items()})
+        metrics.update({f"actor/{spec.name}/batch_{k}": v for k, v in stats.items()})
     if actuator in ACTUATOR_FIELDS:
         fields[ACTUATOR_FIELDS[actuator]] = torch.full(mask.shape, float(value), dtype=torch.float32)
     if actuator == "pos_weight":
