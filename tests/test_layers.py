@@ -1,7 +1,7 @@
 """The package layout holds: every module's verl_ext imports go to its own package or to a lower one.
 
 Levels (docs/ARCHITECTURE.md): config, contract, versions, gcs_store, recipe 0; losses, control, cpu, analysis, evaluation, failures 1; registration, testbed, configs 2;
-driver 3; trainer 4; checks 5; demo 6; the package root and the ``python -m`` entry points above everything. Imports
+driver 3; trainer 4; checks 5; demo 6; startup 7; the package root and the ``python -m`` entry points above everything. Imports
 inside functions count too, and no two modules import each other, directly or through others.
 """
 
@@ -36,6 +36,7 @@ LEVELS = {
     "verl_ext.trainer": 4,
     "verl_ext.checks": 5,
     "verl_ext.demo": 6,
+    "verl_ext.startup": 7,
     "verl_ext": 9,
     "verl_ext.main_ppo": 9,
     "verl_ext.analyze": 9,

@@ -27,9 +27,11 @@ bad key, without starting Ray.
 
 A recipe (``recipe/<name>.yaml``, launched by ``recipe/<name>.sh`` with ``--config-path``/``--config-name``) holds
 values only; its launcher turned the cluster's variables into overrides (:mod:`verl_ext.recipe.launch_env`). The
-config is resolved first; :mod:`verl_ext.checks.recipe_startup` makes a recipe's paths absolute, prints what a CPU
-scale changes, builds the CPU recipes' assets where missing and sends wandb offline without a key. Before training,
-the resolved config is saved beside the checkpoints (``<trainer.default_local_dir>/resolved_config.yaml``), and
+start-up reads as its stages, in order (:func:`run`): the preflight (versions, registration, platform), the config
+resolved (:mod:`verl_ext.startup`: a recipe's paths absolute; nothing outside the config changes) and the CPU recipes'
+declared assets built, validation (:mod:`verl_ext.checks`), the dry run's exit, then the environment applied (wandb
+offline without a key, CPU mode's probe) and training. Before training, the resolved config is saved beside the
+checkpoints (``<trainer.default_local_dir>/resolved_config.yaml``), and
 launching with that file alone composes the same config.
 
 CPU mode is the composition's choice (``platform=cpu``, which the CPU recipes select; ``trainer.device=cpu``): the
@@ -49,17 +51,13 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from verl_ext import failures
-from verl_ext.cpu import mode as cpu_mode
-from verl_ext.cpu import openmp as cpu_openmp
-from verl_ext.cpu import precision as cpu_precision
-from verl_ext.cpu import precision_probe
-from verl_ext.cpu.workarounds import keep_local_ray_on_loopback, private_ray_token_file
-from verl_ext.driver.watchdog import Watchdog, watchdog_config
-from verl_ext.checks import recipe_startup
+from verl_ext import startup
+from verl_ext.checks.dry_run import error_line, summary, validate
+from verl_ext.checks.validation import ConfigError
 from verl_ext.configs import resolvers
-from verl_ext.checks.dry_run import dry_run, error_line, validate
+from verl_ext.cpu import mode as cpu_mode
+from verl_ext.driver.watchdog import Watchdog, watchdog_config
 from verl_ext.registration import ensure_registered
-from verl_ext.checks.validation import ConfigError, ray_cluster_address
 from verl_ext.versions import UntestedVerl, check_verl_version
 
 resolvers.register()
@@ -107,9 +105,10 @@ def ensure_platform(config: DictConfig) -> str | None:
     return None
 
 
-def run(config: DictConfig) -> int:
-    """Dry run or train; returns the exit status (0, or 2 for an invalid config or environment, or a verl version
-    verl_ext was not tested with: :mod:`verl_ext.versions`)."""
+def preflight(config: DictConfig) -> int | None:
+    """Stage 1: the installed verl is one verl_ext was tested with, verl_ext's losses are registered, and
+    ``VERL_PLATFORM`` agrees with the composition (CPU mode asked for without it restarts this process once, with
+    it). An exit status when it cannot go on, else ``None``."""
     try:
         warning = check_verl_version()
     except UntestedVerl as exc:
@@ -126,46 +125,44 @@ def run(config: DictConfig) -> int:
     if mismatch:
         print(f"error: {mismatch}", file=sys.stderr)
         return 2
+    return None
+
+
+def run(config: DictConfig) -> int:
+    """The start-up's stages, in order, then training; the exit status (0; 2 for an invalid config or environment,
+    or a verl version verl_ext was not tested with: :mod:`verl_ext.versions`; 1 for a run the watchdog stopped)."""
+    failed = preflight(config)  # 1. versions, registration, platform
+    if failed is not None:
+        return failed
     try:
-        config = recipe_startup.prepare(config)
-    except recipe_startup.RecipeStartError as exc:
+        config = startup.resolved(config)  # 2. compose and resolve: nothing outside the config changes
+        startup.report(config)
+        assets = startup.build_assets(config)  # the CPU recipe's declared assets (validation reads their data)
+        validated = validate(config, load_models=False)  # 3. every check, once, in order
+    except startup.RecipeStartError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except ConfigError as exc:  # a bad size that an interpolation computes with (recipe_startup.resolve)
-        print(error_line(exc), file=sys.stderr)
-        return 2
-    if OmegaConf.select(config, "verl_ext.dry_run", default=False) is True:
-        return dry_run(config)
-    try:
-        validate(config, load_models=False)
     except ConfigError as exc:
         print(error_line(exc), file=sys.stderr)
         return 2
+    if validated.dry:  # 4. the dry run ends here, having written nothing but the assets
+        print(summary(config, validated, assets), file=sys.stdout)
+        return 0
+    try:
+        startup.apply(config)  # 5. environment, loggers, CPU mode's probe, the saved config
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"verl_ext: invalid environment: {exc}", file=sys.stderr)
+        return 2
+    return train(config)  # 6. verl's trainer, with the watchdog on
 
+
+def train(config: DictConfig) -> int:
+    """verl's ``run_ppo`` with verl_ext's TaskRunner and the watchdog; 1 when the watchdog stopped it or its samples
+    failed (the cause is the last line), else 0 (a failure of the trainer's own propagates)."""
     from verl.trainer.main_ppo import run_ppo
     from verl.utils.device import auto_set_device
 
     auto_set_device(config)
-    if cpu_mode.active():
-        try:
-            speed = precision_probe.probe(OmegaConf.select(config, "actor_rollout_ref.model.path"))
-            lines = [cpu_precision.startup_line(config, speed=speed),  # the chosen precision, and bf16's speed here
-                     cpu_openmp.apply(config)]  # VERL_EXT_CPU_IOMP=1: Intel's OpenMP runtime in every Ray worker
-        except (ValueError, FileNotFoundError) as exc:
-            print(f"verl_ext: invalid environment: {exc}", file=sys.stderr)
-            return 2
-        for line in filter(None, lines):
-            print(line, file=sys.stderr)
-    saved = recipe_startup.save_resolved(config)
-    print(f"resolved config: {saved} (replay: python -m verl_ext.main_ppo --config-path {saved.parent} "
-          f"--config-name {saved.stem})", file=sys.stderr)  # fmt: skip
-    address = ray_cluster_address(config)
-    if cpu_mode.active() and (not address or on_loopback(address)):
-        # the local Ray (and vLLM's servers) listen on 127.0.0.1 only; joining a Ray on 127.0.0.1, the driver keeps
-        # that address (Ray would replace it by the machine's, where nothing listens)
-        keep_local_ray_on_loopback()
-    if cpu_mode.active() and not address:
-        private_ray_token_file()  # and its token (Ray turns token auth on) is readable by this user only
     watchdog = start_watchdog(config)
     try:
         run_ppo(config, task_runner_class=task_runner_class(config))
@@ -208,12 +205,6 @@ def sample_failures(exc: BaseException) -> tuple[int, str] | None:
         return failures.read_failures(ray.get_runtime_context().get_job_id())
     except Exception:  # the trainer's own exception is then what the run ends with
         return None
-
-
-def on_loopback(address: str) -> bool:
-    """``address`` (``host:port`` of a running Ray, as ``RAY_ADDRESS`` gives it) is on this machine's loopback."""
-    host = address.rsplit(":", 1)[0].strip("[]") if ":" in address else address
-    return host == "localhost" or host == "::1" or host.startswith("127.")
 
 
 REPORT_WAIT_S = 45.0
@@ -277,12 +268,25 @@ def start_watchdog(config: DictConfig) -> Watchdog | None:
     return watchdog
 
 
+DRY_RUN_ARG = re.compile(r"^\+{0,2}verl_ext\.dry_run=(true|True)$")
+DRY_RUN_HYDRA = ("hydra.output_subdir=null", "hydra.run.dir=.", "hydra/job_logging=none", "hydra/hydra_logging=none")
+"""Hydra's settings for a dry run: no ``outputs/<date>/<time>/`` folder, no ``.hydra/`` copy, no log file (a dry run
+writes nothing but a CPU recipe's declared assets)."""
+
+
 @hydra.main(config_path=CONFIG_PATH, config_name=CONFIG_NAME, version_base=None)
-def main(config: DictConfig) -> None:
-    """Hydra entry point of ``python -m verl_ext.main_ppo``."""
+def hydra_main(config: DictConfig) -> None:
+    """Hydra's task function: :func:`run`."""
     status = run(config)
     if status:
         sys.exit(status)
+
+
+def main() -> None:
+    """``python -m verl_ext.main_ppo [overrides]``: a dry run's command line gets :data:`DRY_RUN_HYDRA` too."""
+    if any(DRY_RUN_ARG.match(arg) for arg in sys.argv[1:]):
+        sys.argv[1:] = [*sys.argv[1:], *DRY_RUN_HYDRA]
+    hydra_main()
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 A launch of verl's trainer in CPU mode starts a local Ray (GCS, raylet, dashboard agent, log monitor: ~8 s on 2
 cores, and their processes' CPU beside the run) unless ``RAY_ADDRESS`` names a running one; it then joins it, as on a
-cluster (``verl_ext.checks.recipe_startup.prepare`` drops the local-only ``ray.init`` arguments). The e2e tier's
+cluster (``verl_ext.startup.join_rule`` drops the local-only ``ray.init`` arguments). The e2e tier's
 launches that prove something about the trainer, its losses and its controllers - not about Ray's start-up, a killed
 run or the user's first command - join this one instead of starting their own.
 

@@ -63,6 +63,9 @@ class Result:
     """The ``python -m verl_ext.main_ppo`` commands the shell launched and this process ran (:func:`run_launcher`),
     each as recorded: ``argv``, ``env`` (the environment the process would have had) and ``cwd``."""
 
+    environ_changes: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
+    """What the in-process entry points changed in their environment: variable -> (before, after)."""
+
     @property
     def launched(self) -> int:
         """How many ``python -m verl_ext.main_ppo`` commands ran in this process."""
@@ -145,10 +148,11 @@ def run_main_ppo(argv: list[str], env: dict[str, str], cwd: Path | str) -> Resul
             except Exception:  # noqa: BLE001 - the process would die with the traceback and exit 1
                 traceback.print_exc(file=err)
                 status = 1
+            changes = {k: (env.get(k), os.environ.get(k)) for k in {*env, *os.environ} if env.get(k) != os.environ.get(k)}
     finally:
         root.removeHandler(records)
     shown = "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno) for w in caught)
-    return Result(status or 0, out.getvalue(), shown + err.getvalue())
+    return Result(status or 0, out.getvalue(), shown + err.getvalue(), environ_changes=changes)
 
 
 def recorder(folder: Path) -> Path:
@@ -183,6 +187,6 @@ def run_launcher(command: list[str] | str, env: dict[str, str], cwd: Path | str,
         launch["env"].pop(RECORD_VAR, None)
         done = run_main_ppo(launch["argv"], launch["env"], launch["cwd"])
         result = Result(done.returncode, result.stdout + done.stdout, result.stderr + done.stderr,
-                        [*result.launches, launch])
+                        [*result.launches, launch], {**result.environ_changes, **done.environ_changes})
     return result
 

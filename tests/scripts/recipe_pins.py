@@ -4,7 +4,7 @@ composed, and the files under ``tests/scripts/pinned/``.
 A case is a launch script (``recipe/<name>.sh``) with a set of environment variables and Hydra arguments. Composing
 it runs the script with ``PRINT_CMD=1`` (the exact command it would launch, with the overrides its variables became;
 nothing started), then composes that command's Hydra arguments in this process through the entry point's own config
-module and resolves it as the entry point does (:func:`verl_ext.checks.recipe_startup.resolved`: paths absolute).
+module and resolves it as the entry point does (:func:`verl_ext.startup.resolved`: paths absolute).
 
 A pinned file holds every key whose value differs from verl's ``ppo_trainer`` defaults, and every key verl does not
 have (verl_ext's own): what the recipe sets. verl's defaults the pins were made against are recorded once, in
@@ -153,7 +153,7 @@ def compose_command(cmd: list[str], env: dict[str, str], cwd: Path,
                     cpu_flags: tuple[str, ...] = PINNED_CPU_FLAGS) -> Any:  # fmt: skip
     """The config ``cmd`` (a ``python -m verl_ext.main_ppo`` command) runs with, composed in ``env`` and ``cwd`` and
     resolved as the entry point resolves it, on a CPU with ``cpu_flags``."""
-    from verl_ext.checks.recipe_startup import resolved
+    from verl_ext.startup import resolved
 
     with environment(env, cwd), mock.patch.object(cpu_precision, "cpu_flags", lambda *_: set(cpu_flags)):
         return resolved(compose(*split_command(cmd)))

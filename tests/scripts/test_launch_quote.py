@@ -92,7 +92,7 @@ def test_variables_reach_the_composed_config_exactly(tmp_path):
 
 
 def test_the_entry_points_resolution_keeps_quotes_and_backslashes(tmp_path):
-    """Through the entry point's resolution too (``recipe_startup.resolved``: paths made absolute). A literal ``${``
+    """Through the entry point's resolution too (``verl_ext.startup.resolved``: paths made absolute). A literal ``${``
     is left out here: the entry point's resolution, like verl's in-place ``OmegaConf.resolve``, reads a resolved
     ``${`` again as an interpolation."""
     name = "it's a \"run\" $HOME \\ \\\\ = , [a] end\\"

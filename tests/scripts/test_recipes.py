@@ -294,7 +294,7 @@ def test_lengths_and_the_overlong_buffer_follow_the_overrides(tmp_path):
 def test_wandb_goes_offline_without_a_key(tmp_path):
     from omegaconf import DictConfig
 
-    from verl_ext.checks.recipe_startup import wandb_offline
+    from verl_ext.startup import wandb_offline
 
     def run(environ: dict[str, str], loggers=("console", "wandb")) -> tuple[bool, DictConfig]:
         cfg = OmegaConf.create({"trainer": {"logger": list(loggers)}, "ray_kwargs": {"ray_init": {}}})
@@ -511,7 +511,7 @@ def test_an_override_wins_over_the_scales_value(tmp_path):
 
 def test_scale_cpu_prints_what_it_changes(tmp_path):
     """The start-up lines name the scale, the processes, the model and every key the scale's files set, with its value."""
-    from verl_ext.checks.recipe_startup import scale_lines
+    from verl_ext.startup import scale_lines
 
     text = "\n".join(scale_lines(composed("dapo_kl_cov", tmp_path, "data.train_batch_size=8", SCALE="cpu")))
     assert text.startswith("scale=cpu: CPU mode, 1 node x 2 training processes, cpu_model=tiny: "), text
@@ -537,12 +537,11 @@ def test_scale_cpu_smollm2_runs_the_dapo_recipe_on_the_real_model_with_its_sizes
 
 
 def test_joining_a_cluster_nulls_the_local_clusters_settings(tmp_path, monkeypatch):
-    """scale=cpu with RAY_ADDRESS: CPU mode's local-cluster settings (which Ray rejects when joining, and verl_ext's
-    validation names) are nulled at start-up; without RAY_ADDRESS they stay."""
-    from verl_ext.checks import recipe_startup
-    from verl_ext.checks.validation import LOCAL_RAY_ONLY
+    """scale=cpu with RAY_ADDRESS: CPU mode's local-cluster settings (which Ray rejects when joining) are nulled when
+    the config is resolved, the same rule as for a plain composition; without RAY_ADDRESS they stay."""
+    from verl_ext import startup as recipe_startup
+    from verl_ext.startup import LOCAL_RAY_ONLY
 
-    monkeypatch.setattr(recipe_startup, "ensure", lambda plan: [])
     monkeypatch.setenv("VERL_PLATFORM", "cpu")
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     cfgs = {}
@@ -550,9 +549,9 @@ def test_joining_a_cluster_nulls_the_local_clusters_settings(tmp_path, monkeypat
         if joined:
             monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6390")
         cfg = composed("dapo_clip_cov", tmp_path, "scale=cpu", "verl_ext.recipe.assets=false")
-        cfgs[joined] = OmegaConf.to_container(recipe_startup.prepare(cfg))
+        cfgs[joined] = OmegaConf.to_container(recipe_startup.resolved(cfg))
     assert at(cfgs[False], "ray_kwargs.ray_init.num_gpus") == 2
-    for key in LOCAL_RAY_ONLY:  # every key verl_ext's validation refuses while joining
+    for key in LOCAL_RAY_ONLY:  # every key only a local cluster takes
         assert at(cfgs[True], f"ray_kwargs.ray_init.{key}") is None, key
 
 
@@ -680,6 +679,9 @@ def test_dry_run(name, dry_run_inputs, tmp_path):
     res = run_launcher(["bash", str(path), *args], env=dry_run_env(name, home, inputs), cwd=tmp_path, timeout=300)
     output = res.stdout + res.stderr
     assert res.launched == 1, output[-4000:]  # the launch reached python -m verl_ext.main_ppo
+    assert res.environ_changes == {}, res.environ_changes  # the dry run leaves the environment as it found it
+    written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if ".launch_record" not in p.parts)
+    assert written == [], written  # and writes nothing in its working folder (a CPU recipe's assets: its WORK_DIR)
     if expected is None:
         assert res.returncode == 0, output[-4000:]
         assert "verl_ext dry run" in res.stdout, res.stdout[-4000:]
@@ -714,6 +716,7 @@ def test_a_bad_value_of_a_launch_variable_exits_2_with_one_line_from_the_real_pr
     path, args, _variables, expected = DRY_RUNS["nnodes_variable"]
     res = run_script(path, *args, env=dry_run_env("nnodes_variable", home, inputs), timeout=300, cwd=home)
     assert res.returncode == 2, (res.stdout + res.stderr)[-4000:]
+    assert not (home / "outputs").exists()  # Hydra writes no outputs/<date>/<time>/ for a dry run
     assert f"python -m verl_ext.main_ppo --config-path {RECIPE_DIR} --config-name dapo_kl_cov " in res.stderr.replace(
         sys.executable, "python")  # the launcher's echo of the command it execs
     assert expected in res.stderr.splitlines(), res.stderr[-4000:]

@@ -1,5 +1,5 @@
 """A run's saved resolved config replays it: the config a recipe launches, composed and resolved as the entry point
-does, saved with ``recipe_startup.save_resolved`` beside its checkpoints, composes again - with that file alone, from
+does, saved with ``verl_ext.startup.save_resolved`` beside its checkpoints, composes again - with that file alone, from
 another working folder, in an environment without the launch's variables - to the identical config."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from recipe_pins import OTHER_VARIABLES, compose, compose_script, environment
 
 from verl_ext.recipe import launch_env
-from verl_ext.checks.recipe_startup import SAVED_CONFIG, resolved, save_resolved
+from verl_ext.startup import SAVED_CONFIG, resolved, save_resolved
 
 CASES = {
     "dapo_clip_cov_cpu": ("dapo_clip_cov", {"SCALE": "cpu", "NNODES": "1"}, ("trainer.total_training_steps=5",)),

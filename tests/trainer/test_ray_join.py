@@ -1,4 +1,4 @@
-"""A CPU-mode driver joining a running Ray on 127.0.0.1 keeps that address (``verl_ext.main_ppo.on_loopback``): Ray
+"""A CPU-mode driver joining a running Ray on 127.0.0.1 keeps that address (``verl_ext.startup.on_loopback``): Ray
 would replace it by the machine's own address, where a loopback-bound cluster does not listen, and wait there for
 ever. The e2e tier's launches join such a cluster (tests/e2e/_shared_ray.py), which proves the whole path."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from verl_ext.main_ppo import on_loopback
+from verl_ext.startup import on_loopback
 
 
 @pytest.mark.parametrize("address", ["127.0.0.1:6379", "127.0.1.1:40000", "localhost:6379", "[::1]:6379", "127.0.0.1"])

@@ -1,4 +1,4 @@
-"""Config-time checks (level 5): every verl_ext check of a composed config, the dry run, and a recipe's start-up.
+"""Config-time checks (level 5): every verl_ext check of a composed config, and the dry run.
 
 | module | contents |
 | --- | --- |
@@ -6,9 +6,8 @@
 | ``dry_run`` | ``verl_ext.dry_run=true``: build verl's dataclasses, run verl's and verl_ext's checks, summarise |
 | ``recipe_checks`` | sizes, files, loggers, checkpoint, CPU scale: checked on the composed config, whatever set the value |
 | ``training_data`` | the data files verl will read: the columns it needs, a scorer for every data source, the custom reward function |
-| ``recipe_startup`` | before validation: the config resolved with absolute paths, a CPU scale's sizes printed, the CPU recipes' assets built, wandb offline without a key; the resolved config saved |
 
 May import: every lower package (``config``, ``contract``, ``losses``, ``cpu``, ``control``, ``registration``,
-``testbed``, ``driver``, ``trainer``); imported by the entry point ``verl_ext.main_ppo``. The launcher's variable table is
+``testbed``, ``driver``, ``trainer``); imported by the start-up (``verl_ext.startup``) and the entry point ``verl_ext.main_ppo``. The launcher's variable table is
 ``verl_ext.recipe.launch_env``, the config groups' resolvers ``verl_ext.configs.resolvers``.
 """

@@ -71,6 +71,9 @@ class Validated:
     notes: list[str] = field(default_factory=list)
     """Checks left out, and why."""
 
+    dry: bool = False
+    """``verl_ext.dry_run``: the start-up stops after validation and prints the summary."""
+
 
 def error_key_and_message(exc: BaseException, default_key: str) -> tuple[str, str]:
     """The config key an exception is about, and its innermost message.
@@ -156,10 +159,10 @@ def validate(config: DictConfig, load_models: bool = False) -> Validated:
     from verl.trainer.ppo.utils import need_reference_policy
     from verl.utils.config import validate_config
 
-    validated = Validated()
     dry = OmegaConf.select(config, "verl_ext.dry_run", default=False)
     if not isinstance(dry, bool):
         raise ConfigError("verl_ext.dry_run", f"{dry!r} is not a boolean; allowed: true, false")
+    validated = Validated(dry=dry)
     # cheap checks first: an unknown loss or engine is reported as such, not as a failure in verl's code
     mode = check_loss_mode(config)
     check_strategy(config)
@@ -215,8 +218,9 @@ def _fmt(value: Any) -> str:
     return "null" if value is None else str(value)
 
 
-def summary(config: DictConfig, validated: Validated) -> str:
-    """A short, human-readable summary of a validated config."""
+def summary(config: DictConfig, validated: Validated, assets: str | None = None) -> str:
+    """A short, human-readable summary of a validated config; ``assets``: what the start-up built (the only files a
+    dry run writes)."""
     actor = config.actor_rollout_ref.actor
     loss = actor.policy_loss
     mode = validated.facts.get("loss_mode", loss.loss_mode)
@@ -260,6 +264,7 @@ def summary(config: DictConfig, validated: Validated) -> str:
                      "(batch field cov_selected)")  # fmt: skip
     lines += [f"  driver    : {feature}" for feature in validated.facts.get("features", [])]
     lines.append(f"  built     : {', '.join(sorted(validated.built))}")
+    lines.append(f"  written   : {assets or 'nothing'}")
     lines += [f"  note      : {note}" for note in validated.notes]
     return "\n".join(lines)
 

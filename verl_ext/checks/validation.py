@@ -7,7 +7,6 @@ checks (``verl.utils.config.validate_config`` and the dataclasses' ``__post_init
 from __future__ import annotations
 
 import importlib
-import os
 import warnings
 from typing import Any
 
@@ -241,16 +240,6 @@ CPU_MODE_NEEDS = (
 """Settings CPU mode cannot do without: (key, allowed values, why). ``configs/platform/cpu.yaml`` sets them."""
 
 
-LOCAL_RAY_ONLY = ("num_cpus", "num_gpus", "include_dashboard")
-"""``ray.init`` arguments of ``configs/platform/cpu.yaml`` that Ray accepts only when it starts a local cluster."""
-
-
-def ray_cluster_address(config: DictConfig) -> str | None:
-    """The Ray cluster verl will join (``ray_kwargs.ray_init.address`` or ``RAY_ADDRESS``), or ``None`` when it
-    starts a local one."""
-    return _select(config, "ray_kwargs.ray_init.address") or os.environ.get("RAY_ADDRESS") or None
-
-
 def check_platform(config: DictConfig) -> str:
     """CPU mode (``VERL_PLATFORM=cpu``): never next to CUDA, and only with the settings it can run (which
     ``configs/platform/cpu.yaml`` sets unless the command line changed them); returns a description."""
@@ -286,12 +275,6 @@ def check_platform(config: DictConfig) -> str:
                           "critic, which CPU mode has never run: configs/platform/cpu.yaml sets no CPU engine for "
                           "it (verl's critic defaults to FSDP1 in bf16) and no test trains one; use a critic-free "
                           "estimator such as grpo or rloo")  # fmt: skip
-    if ray_cluster_address(config):
-        for key in LOCAL_RAY_ONLY:
-            if _select(config, f"ray_kwargs.ray_init.{key}") is not None:
-                raise ConfigError(f"ray_kwargs.ray_init.{key}", "is set while joining a running Ray cluster "
-                                  "(RAY_ADDRESS / ray_kwargs.ray_init.address), which Ray rejects; it only applies "
-                                  "to a local cluster: set it to null")  # fmt: skip
     return f"CPU mode ({cpu_mode.ENV_VAR}=cpu: FSDP2 on gloo, vLLM's CPU engine, {precision}, configs/platform/cpu.yaml)"
 
 
@@ -456,5 +439,4 @@ __all__ = [
     "check_strategy",
     "check_trainer",
     "check_verl_ext",
-    "ray_cluster_address",
 ]

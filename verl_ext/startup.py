@@ -1,22 +1,23 @@
-"""What ``python -m verl_ext.main_ppo`` does with a recipe's config before it validates and trains.
+"""The start-up stages of ``python -m verl_ext.main_ppo`` between the preflight and the trainer (level 7: above
+every package, below the entry point).
 
-:func:`prepare` returns the config resolved (a resolver's error, such as a CPU precision this machine cannot run, is a
-:class:`RecipeStartError` naming it). For a recipe (a config with a ``verl_ext.recipe`` node) it first makes its
-paths absolute (``~`` expanded; relative paths against the working folder of the launch, as every Ray worker must see
-them), and then
+:func:`resolved` (stage 2) returns the config resolved, changing nothing outside it: a recipe's paths absolute (``~``
+expanded; relative paths against the launch's working folder, as every Ray worker must see them) and, in CPU mode
+joining a running Ray cluster, the local cluster's ``ray.init`` settings nulled (:func:`join_rule`; the same rule
+for a recipe and a plain composition). A resolver's error (a CPU precision this machine cannot run) is a
+:class:`RecipeStartError` naming it. :func:`report` prints what a CPU scale changes and what an eval run evaluates.
 
-* prints, in CPU mode, what the CPU scale changes: every key of ``configs/cpu_run.yaml``, ``configs/scale/cpu.yaml``
-  and the model's ``configs/cpu_model/<model>.yaml``, with the value this run uses;
-* builds the CPU recipes' assets where missing (``verl_ext.recipe.assets``; :mod:`verl_ext.testbed.assets`);
-* in CPU mode joining a running Ray cluster (``RAY_ADDRESS`` or ``ray_kwargs.ray_init.address``, e.g.
-  ``scripts/cluster/ray_head.sh``), nulls the local cluster's ``ray_init`` settings of ``configs/platform/cpu.yaml``
-  (CPUs, GPU slots, dashboard), which Ray rejects when it joins a cluster whose own ``ray start`` set them;
-* with a ``wandb`` logger and no API key, no ``WANDB_MODE`` and no wandb login in ``~/.netrc``, sends wandb offline
-  (``wandb sync`` later) in this process and in every Ray worker, and says so. The key itself is never printed or put
-  in the config.
+:func:`build_assets` builds the assets a CPU recipe declares (``verl_ext.recipe.assets``), where missing, in its work
+folder (:mod:`verl_ext.testbed.assets`): validation reads their data files, and a dry run writes nothing else.
 
-:func:`save_resolved` writes the config a run uses, resolved, beside its checkpoints (:data:`SAVED_CONFIG`):
-``python -m verl_ext.main_ppo --config-path <that folder> --config-name resolved_config`` composes the same config.
+:func:`apply` (stage 5, after the dry run's exit) changes the process and the disk: with a ``wandb`` logger and no API
+key, no ``WANDB_MODE`` and no wandb login in ``~/.netrc``, wandb goes offline (``wandb sync`` later) here and in every
+Ray worker, and it says so (the key itself is never printed or put in the config); in CPU mode the precision probe,
+OpenMP's runtime, the local Ray on loopback and its private token; the resolved config saved beside the checkpoints
+(:data:`SAVED_CONFIG`): ``python -m verl_ext.main_ppo --config-path <that folder> --config-name resolved_config``
+composes the same config.
+
+May import: ``verl_ext.checks``, ``verl_ext.cpu``, ``verl_ext.driver``, ``verl_ext.testbed``, ``verl_ext.config``.
 """
 
 from __future__ import annotations
@@ -30,10 +31,13 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from verl_ext.checks.recipe_checks import DATA_FILE_KEYS, check_sizes, data_files
-from verl_ext.checks.validation import LOCAL_RAY_ONLY, ray_cluster_address
 from verl_ext.config import ConfigError
 from verl_ext.cpu import mode as cpu_mode
+from verl_ext.cpu import openmp as cpu_openmp
+from verl_ext.cpu import precision as cpu_precision
+from verl_ext.cpu import precision_probe
 from verl_ext.cpu.precision import PrecisionError
+from verl_ext.cpu.workarounds import keep_local_ray_on_loopback, private_ray_token_file
 from verl_ext.driver.mixin import write_atomically
 from verl_ext.testbed.assets import AssetError, AssetPlan, ensure
 
@@ -208,39 +212,101 @@ def wandb_offline(config: DictConfig, environ: dict[str, str] | None = None) -> 
     return went_offline
 
 
+LOCAL_RAY_ONLY = ("num_cpus", "num_gpus", "include_dashboard")
+"""``ray.init`` arguments of ``configs/platform/cpu.yaml`` that Ray accepts only when it starts a local cluster."""
+
+
+def ray_cluster_address(config: DictConfig) -> str | None:
+    """The Ray cluster verl will join (``ray_kwargs.ray_init.address`` or ``RAY_ADDRESS``), or ``None`` when it
+    starts a local one."""
+    return OmegaConf.select(config, "ray_kwargs.ray_init.address", default=None) or os.environ.get("RAY_ADDRESS") or None
+
+
+def join_rule(config: DictConfig) -> list[str]:
+    """In CPU mode joining a running Ray cluster (``RAY_ADDRESS`` or ``ray_kwargs.ray_init.address``, e.g.
+    ``scripts/cluster/ray_head.sh``), the ``ray.init`` settings only a local cluster takes (:data:`LOCAL_RAY_ONLY`:
+    CPUs, GPU slots, dashboard; ``configs/platform/cpu.yaml`` sets them, and Ray rejects them when it joins a cluster
+    whose own ``ray start`` set them) are set to null, in place; the keys it nulled."""
+    if not (cpu_mode.requested() and ray_cluster_address(config)):
+        return []
+    nulled = [f"ray_kwargs.ray_init.{key}" for key in LOCAL_RAY_ONLY
+              if OmegaConf.select(config, f"ray_kwargs.ray_init.{key}") is not None]  # fmt: skip
+    with open_dict(config):
+        for key in nulled:
+            OmegaConf.update(config, key, None, force_add=True)
+    return nulled
+
+
 def resolved(config: DictConfig) -> DictConfig:
-    """``config`` resolved (a new config); a recipe's paths absolute. Nothing printed, built or started."""
+    """Stage 2: ``config`` resolved (a new config); a recipe's paths absolute; :func:`join_rule` applied (it says
+    which keys it nulled). Nothing built, started or set outside the config."""
     recipe = OmegaConf.select(config, "verl_ext.recipe") is not None
     if recipe:
         _absolute_root_paths(config)
     config = resolve(config)
     if recipe:
         absolute_paths(config)
+    nulled = join_rule(config)
+    if nulled:
+        print(f"note: joining a running Ray cluster: {', '.join(nulled)} set to null (a local cluster's settings, "
+              "which Ray rejects when it joins)", file=sys.stderr)  # fmt: skip
     return config
 
 
-def prepare(config: DictConfig) -> DictConfig:
-    """``config`` resolved; for a recipe, its paths absolute, its CPU sizes printed, its assets built and its loggers
-    set up."""
-    config = resolved(config)
+def report(config: DictConfig) -> None:
+    """What a recipe's CPU scale changes and what an eval run evaluates, printed (stderr)."""
     recipe = OmegaConf.select(config, "verl_ext.recipe")
     if recipe is None:
-        return config
+        return
     if recipe.get("scale") == "cpu":
         print("\n".join(scale_lines(config)), file=sys.stderr)
     if recipe.get("protocol"):
         print(eval_line(config), file=sys.stderr)
-    if recipe.get("assets"):
-        try:
-            ensure(asset_plan(config))
-        except AssetError as exc:
-            raise RecipeStartError(str(exc)) from exc
-    if cpu_mode.requested() and ray_cluster_address(config):
-        with open_dict(config):
-            for key in LOCAL_RAY_ONLY:
-                OmegaConf.update(config, f"ray_kwargs.ray_init.{key}", None, force_add=True)
+
+
+def build_assets(config: DictConfig) -> str | None:
+    """The assets a CPU recipe declares (``verl_ext.recipe.assets``), built where missing in its work folder; a line
+    saying what was built where (``None``: the config declares none)."""
+    recipe = OmegaConf.select(config, "verl_ext.recipe")
+    if recipe is None or not recipe.get("assets"):
+        return None
+    plan = asset_plan(config)
+    try:
+        done = ensure(plan)
+    except AssetError as exc:
+        raise RecipeStartError(str(exc)) from exc
+    return f"{', '.join(done) + ' built' if done else 'present'} in {plan.folder} (the recipe's assets)"
+
+
+def apply(config: DictConfig) -> Path:
+    """Stage 5: the run's environment and files - wandb offline without a login (:func:`wandb_offline`), CPU mode's
+    precision probe and OpenMP runtime, its local Ray on loopback with a private token, and the resolved config saved
+    (:func:`save_resolved`); returns the saved file. A CPU precision this machine cannot run, or a missing OpenMP
+    runtime, is a ``ValueError`` / ``FileNotFoundError`` naming it."""
     wandb_offline(config)
-    return config
+    if cpu_mode.active():
+        speed = precision_probe.probe(OmegaConf.select(config, "actor_rollout_ref.model.path"))
+        lines = [cpu_precision.startup_line(config, speed=speed),  # the chosen precision, and bf16's speed here
+                 cpu_openmp.apply(config)]  # VERL_EXT_CPU_IOMP=1: Intel's OpenMP runtime in every Ray worker
+        for line in filter(None, lines):
+            print(line, file=sys.stderr)
+    saved = save_resolved(config)
+    print(f"resolved config: {saved} (replay: python -m verl_ext.main_ppo --config-path {saved.parent} "
+          f"--config-name {saved.stem})", file=sys.stderr)  # fmt: skip
+    address = ray_cluster_address(config)
+    if cpu_mode.active() and (not address or on_loopback(address)):
+        # the local Ray (and vLLM's servers) listen on 127.0.0.1 only; joining a Ray on 127.0.0.1, the driver keeps
+        # that address (Ray would replace it by the machine's, where nothing listens)
+        keep_local_ray_on_loopback()
+    if cpu_mode.active() and not address:
+        private_ray_token_file()  # and its token (Ray turns token auth on) is readable by this user only
+    return saved
+
+
+def on_loopback(address: str) -> bool:
+    """``address`` (``host:port`` of a running Ray, as ``RAY_ADDRESS`` gives it) is on this machine's loopback."""
+    host = address.rsplit(":", 1)[0].strip("[]") if ":" in address else address
+    return host == "localhost" or host == "::1" or host.startswith("127.")
 
 
 def save_resolved(config: DictConfig) -> Path:
