@@ -11,7 +11,7 @@ for a recipe and a plain composition). A resolver's error (a CPU precision this 
 folder (:mod:`verl_ext.testbed.assets`): validation reads their data files, and a dry run writes nothing else.
 
 :func:`apply` (stage 5, after the dry run's exit) changes the process and the disk: with a ``wandb`` logger and no API
-key, no ``WANDB_MODE`` and no wandb login in ``~/.netrc``, wandb goes offline (``wandb sync`` later) here and in every
+key, no ``WANDB_MODE`` and no wandb login in ``~/.netrc``, a recipe's wandb goes offline (``wandb sync`` later) here and in every
 Ray worker, and it says so (the key itself is never printed or put in the config); in CPU mode the precision probe,
 OpenMP's runtime, the local Ray on loopback and its private token; the resolved config saved beside the checkpoints
 (:data:`SAVED_CONFIG`): ``python -m verl_ext.main_ppo --config-path <that folder> --config-name resolved_config``
@@ -282,8 +282,10 @@ def apply(config: DictConfig) -> Path:
     """Stage 5: the run's environment and files - wandb offline without a login (:func:`wandb_offline`), CPU mode's
     precision probe and OpenMP runtime, its local Ray on loopback with a private token, and the resolved config saved
     (:func:`save_resolved`); returns the saved file. A CPU precision this machine cannot run, or a missing OpenMP
-    runtime, is a ``ValueError`` / ``FileNotFoundError`` naming it."""
-    wandb_offline(config)
+    runtime, is a ``ValueError`` / ``FileNotFoundError`` naming it. wandb's rule applies to a recipe (a config with a
+    ``verl_ext.recipe`` node); a plain composition logs as verl does."""
+    if OmegaConf.select(config, "verl_ext.recipe") is not None:
+        wandb_offline(config)
     if cpu_mode.active():
         speed = precision_probe.probe(OmegaConf.select(config, "actor_rollout_ref.model.path"))
         lines = [cpu_precision.startup_line(config, speed=speed),  # the chosen precision, and bf16's speed here

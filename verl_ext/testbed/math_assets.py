@@ -165,8 +165,25 @@ def vocabulary(texts: Iterable[str]) -> list[str]:
     return sorted(words)
 
 
-def build_model(data_dir: str | Path, out: str | Path, seed: int = 0, steps: int = 400, lr: float = 3e-3) -> dict[str, float]:
-    """Build the tiny model for the prepared data in ``data_dir`` and warm it up; returns its figures."""
+MIXED_TARGET = 0.47
+"""The share of DAPO's training prompts whose :data:`DAPO_GROUP` sampled responses are neither all right nor all wrong
+that the tiny model's warm-up goes on to: DAPO's filter at ``SCALE=cpu`` (4 groups a batch, 10 generation batches) then
+fails to fill a batch with a chance below 1e-6 from 0.42 on (tests/cpu/test_math_assets.py); 0.47 leaves two standard
+errors of the 512-prompt measurement. The arithmetic of the host decides how many steps that takes."""
+
+DAPO_GROUP = (4, 8)
+"""``(rollout.n, data.max_response_length)`` of the DAPO recipes at ``SCALE=cpu``: how the warm-up's stop samples."""
+
+MAX_STEPS = 1200
+"""The most warm-up steps: a host that does not reach :data:`MIXED_TARGET` by then keeps the model it has (the
+property's test names the share it measured)."""
+
+
+def build_model(data_dir: str | Path, out: str | Path, seed: int = 0, steps: int = 400, lr: float = 3e-3,
+                more: int = 100) -> dict[str, float]:
+    """Build the tiny model for the prepared data in ``data_dir`` and warm it up: ``steps`` steps, then ``more`` at a
+    time while the mixed share of DAPO's training groups (sampled as the recipes sample them, :data:`DAPO_GROUP`) is
+    below :data:`MIXED_TARGET`, up to :data:`MAX_STEPS`; returns its figures (``steps``: how many it took)."""
     import torch
 
     from verl_ext.testbed.tiny_model import build_tiny_model
@@ -183,10 +200,18 @@ def build_model(data_dir: str | Path, out: str | Path, seed: int = 0, steps: int
     model = AutoModelForCausalLM.from_pretrained(out, torch_dtype=torch.float32, attn_implementation="sdpa")
     examples = [_example(tokenizer, row, target_response(row["data_source"], row["reward_model"]["ground_truth"]))
                 for row in train]  # fmt: skip
-    loss, figures = _supervised_warm_up(model, tokenizer, examples, evaluation, seed, steps, lr, batch=32)
+    dapo = [row for row in train if row["data_source"] == "math_dapo"]
+    n, length = DAPO_GROUP
+
+    def reached(done: int) -> bool:  # sampled with its own seed: the property's test samples with another
+        return not dapo or done >= MAX_STEPS or (
+            sampled_accuracy(model, tokenizer, dapo, seed + 2, n=n, max_new_tokens=length)["mixed_group_frac"] >= MIXED_TARGET)
+
+    loss, figures, taken = _supervised_warm_up(model, tokenizer, examples, evaluation, seed, steps, lr, batch=32,
+                                               more=more, reached=reached)  # fmt: skip
     model.save_pretrained(out)
-    (out / "warmup.json").write_text(json.dumps({"steps": steps, "lr": lr, "final_loss": float(loss.detach()), **figures}))
-    return {"final_loss": float(loss.detach()), **figures}
+    (out / "warmup.json").write_text(json.dumps({"steps": taken, "lr": lr, "final_loss": float(loss.detach()), **figures}))
+    return {"final_loss": float(loss.detach()), **figures, "steps": taken}
 
 
 def warm_up_pretrained(model_path: str | Path, data_dir: str | Path, sources: str | Path, out: str | Path, seed: int = 0,
@@ -217,7 +242,7 @@ def warm_up_pretrained(model_path: str | Path, data_dir: str | Path, sources: st
         target = worked[question] + "\n" + target_response(row["data_source"], row["reward_model"]["ground_truth"])
         examples.append(_example(tokenizer, row, target))
     held_out = random.Random(seed).sample(evaluation, min(eval_rows, len(evaluation)))
-    loss, figures = _supervised_warm_up(model, tokenizer, examples, held_out, seed, steps, lr, batch, max_new_tokens=64)
+    loss, figures, _ = _supervised_warm_up(model, tokenizer, examples, held_out, seed, steps, lr, batch, max_new_tokens=64)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
@@ -234,9 +259,11 @@ def _example(tokenizer: Any, row: dict[str, Any], target: str) -> tuple[list[int
 
 
 def _supervised_warm_up(model: Any, tokenizer: Any, examples: list[tuple[list[int], list[int]]], evaluation: list[dict[str, Any]],
-                        seed: int, steps: int, lr: float, batch: int, max_new_tokens: int = 8) -> tuple[Any, dict[str, float]]:
-    """``steps`` AdamW steps of ``batch`` (prompt, response) examples, loss on the response tokens; then the sampled
-    figures on ``evaluation``. Torch's global RNG is restored afterwards."""
+                        seed: int, steps: int, lr: float, batch: int, max_new_tokens: int = 8, more: int = 0,
+                        reached: Any = None) -> tuple[Any, dict[str, float], int]:
+    """``steps`` AdamW steps of ``batch`` (prompt, response) examples, loss on the response tokens, then ``more`` at a
+    time until ``reached(steps taken)`` (when given); then the sampled figures on ``evaluation`` and the steps taken.
+    Torch's global RNG is restored afterwards."""
     import torch
 
     rng = random.Random(seed)
@@ -246,25 +273,38 @@ def _supervised_warm_up(model: Any, tokenizer: Any, examples: list[tuple[list[in
     try:
         optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
         model.train()
-        for _ in range(steps):
-            chosen = rng.sample(examples, batch)
-            width = max(len(p) + len(r) for p, r in chosen)
-            ids = torch.full((len(chosen), width), tokenizer.pad_token_id)
-            labels = torch.full((len(chosen), width), -100)
-            mask = torch.zeros((len(chosen), width), dtype=torch.long)
-            for i, (p, r) in enumerate(chosen):
-                n = len(p) + len(r)
-                ids[i, :n] = torch.tensor(p + r)
-                labels[i, len(p) : n] = torch.tensor(r)
-                mask[i, :n] = 1
-            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
+        taken, todo = 0, steps
+        while todo:
+            for _ in range(todo):
+                loss = _step(model, tokenizer, optimizer, rng.sample(examples, batch))
+            taken, todo = taken + todo, 0
+            if reached is not None and more > 0 and not reached(taken):
+                model.train()
+                todo = more
         figures = sampled_accuracy(model, tokenizer, evaluation, seed, max_new_tokens=max_new_tokens)
     finally:
         torch.random.set_rng_state(state)
-    return loss, figures
+    return loss, figures, taken
+
+
+def _step(model: Any, tokenizer: Any, optimizer: Any, chosen: list[tuple[list[int], list[int]]]) -> Any:
+    """One AdamW step on ``chosen`` (prompt, response) examples, loss on the response tokens; the loss."""
+    import torch
+
+    width = max(len(p) + len(r) for p, r in chosen)
+    ids = torch.full((len(chosen), width), tokenizer.pad_token_id)
+    labels = torch.full((len(chosen), width), -100)
+    mask = torch.zeros((len(chosen), width), dtype=torch.long)
+    for i, (p, r) in enumerate(chosen):
+        n = len(p) + len(r)
+        ids[i, :n] = torch.tensor(p + r)
+        labels[i, len(p) : n] = torch.tensor(r)
+        mask[i, :n] = 1
+    loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss
 
 
 def sampled_accuracy(model: Any, tokenizer: Any, rows: list[dict[str, Any]], seed: int, n: int = 4,
@@ -322,6 +362,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     mod.add_argument("--data-dir", type=Path, required=True, help="where scripts/data/prepare_*.py wrote the parquet files")
     mod.add_argument("--out", type=Path, required=True)
     mod.add_argument("--steps", type=int, default=400, help="warm-up steps of 32 examples (400)")
+    mod.add_argument("--more", type=int, default=100, help="then this many more at a time until the DAPO groups' mixed "
+                     "share reaches MIXED_TARGET (100; 0: --steps exactly)")
     mod.add_argument("--seed", type=int, default=0)
     pre = sub.add_parser("pretrained", help="format warm-up of a pretrained model on the prepared word problems")
     pre.add_argument("--model", type=Path, required=True, help="the pretrained model's HF folder")
@@ -350,8 +392,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.steps < 0:
         parser.error("--steps must be >= 0")
+    if args.more < 0:
+        parser.error("--more must be >= 0")
     try:
-        figures = build_model(args.data_dir, args.out, args.seed, args.steps)
+        figures = build_model(args.data_dir, args.out, args.seed, args.steps, more=args.more)
     except FileNotFoundError as exc:
         parser.error(str(exc))
     print(f"model: {args.out} (warm-up: loss {figures['final_loss']:.3f}, sampled accuracy {figures['accuracy']:.2f}, "
