@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from _docs_block import shown_block
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "ARCHITECTURE.md"
 THIS = "tests/test_upstream_contracts.py"
@@ -560,10 +562,7 @@ def table() -> str:
 
 
 def test_the_docs_table_is_the_list():
-    text = DOCS.read_text()
-    assert START in text and END in text, f"{DOCS} lacks the markers {START} / {END}"
-    shown = text.split(START, 1)[1].split(END, 1)[0].strip()
-    assert shown == table(), (
+    assert shown_block(DOCS, START, END) == table(), (
         f"docs/ARCHITECTURE.md's table of upstream patches differs from PATCHES in {THIS}; print the table with "
         "`python -c 'import sys; sys.path.insert(0, \"tests\"); import test_upstream_contracts as t; "
         "print(t.table())'`"

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import yaml
 
+from _docs_block import shown_block
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "losses.md"
 CONFIGS = ROOT / "configs"
@@ -54,10 +56,7 @@ def table() -> str:
 
 
 def test_the_docs_table_is_the_declarations():
-    text = DOCS.read_text()
-    assert START in text and END in text, f"{DOCS} lacks the markers {START} / {END}"
-    shown = text.split(START, 1)[1].split(END, 1)[0].strip()
-    assert shown == table(), f"{DOCS}'s loss table differs from the declarations; print it with `python {__file__}`"
+    assert shown_block(DOCS, START, END) == table(), f"{DOCS}'s loss table differs from the declarations; print it with `python {__file__}`"
 
 
 def test_every_declared_loss_has_its_yaml_group_and_every_group_a_loss():
