@@ -136,7 +136,7 @@ EXP_NAME=two_nodes NNODES=2 GPUS_PER_NODE=1 on_a bash scripts/cluster/submit.sh 
     > "$WORK/train.log" 2>&1 &
 submitted=$!
 step_two() { [[ "$(cat "$tracker" 2>/dev/null)" == 2 ]] && grep -q '"step":2' "$run_log" 2>/dev/null; }
-for _ in $(seq 1800); do step_two && break; kill -0 "$submitted" 2>/dev/null || break; sleep 0.5; done
+for _ in $(seq 2400); do step_two && break; kill -0 "$submitted" 2>/dev/null || break; sleep 0.5; done
 if ! step_two; then  # the run ended (or never saved step 2): nothing to kill; the tests say so
     wait "$submitted"; echo "ended before step 2's checkpoint: $?" > "$WORK/train.rc"; : > "$WORK/driver_proxy_env.txt"
     with_token on_a "$ray_bin" job status --address "$jobs" two_nodes > "$WORK/train.status" 2>&1; log done; exit 0
