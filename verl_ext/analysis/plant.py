@@ -333,21 +333,26 @@ def selected_fraction_fit(root: str | Path) -> PlantFit:
 @dataclass
 class Simulation:
     """One simulated run: per step the true and measured entropies, the value the controller set, the value applied
-    (after a candidate cap) and whether the controller reported its output clamped to a bound."""
+    (after a candidate cap), whether the controller reported its output clamped to a bound, and whether the applied
+    value was the actuator at rest (its coordinate 0: the coefficient 0, the ratio at the plant's reference)."""
 
     entropy: np.ndarray
     measured: np.ndarray
     value: np.ndarray
     applied: np.ndarray
     saturated: np.ndarray
+    at_rest: np.ndarray
     metrics: list[dict[str, float]] = field(default_factory=list)
 
     def figures(self, target: float, first: int = 21, last: int = 40) -> dict[str, float]:
         """:mod:`verl_ext.analysis.control`'s figures on the measured entropies of steps ``first``..``last``
-        (1-based): ``bias``, ``block_gap``, ``bound_share`` (the controller's saturated flag) and the per-step ``gap``."""
-        h = self.measured[first - 1:last]
+        (1-based): ``bias``, ``block_gap``, ``bound_share`` (the controller's saturated flag), ``reach_share`` (the
+        share clamped to a bound that acts: not the actuator at rest, as the one-sided coefficient's 0 above the
+        target is) and the per-step ``gap``."""
+        h, cut = self.measured[first - 1:last], slice(first - 1, last)
         return {"bias": bias(h, target), "block_gap": block_gap(h, target, BLOCK_STEPS),
-                "bound_share": float(self.saturated[first - 1:last].mean()), "gap": relative_gap(h, target)}  # fmt: skip
+                "bound_share": float(self.saturated[cut].mean()),
+                "reach_share": float((self.saturated[cut] * (1.0 - self.at_rest[cut])).mean()), "gap": relative_gap(h, target)}  # fmt: skip
 
 
 def simulate(plant: Plant, controller: Any, steps: int = 40, seed: int = 0, *, fixed: float | None = None,
@@ -363,7 +368,7 @@ def simulate(plant: Plant, controller: Any, steps: int = 40, seed: int = 0, *, f
     lag = plant.lag if lag is None else lag
     cap = cap if cap is not None else plant.cap
     x = math.log(plant.start)
-    out = Simulation(*(np.zeros(steps) for _ in range(5)))
+    out = Simulation(*(np.zeros(steps) for _ in range(6)))
     applied_coord: list[float] = []
     for t in range(1, steps + 1):
         y = x + sigma * rng.standard_normal()
@@ -381,6 +386,7 @@ def simulate(plant: Plant, controller: Any, steps: int = 40, seed: int = 0, *, f
         out.saturated[t - 1] = float(metrics.get("entropy_control/saturated", 0.0))
         out.metrics.append(metrics)
         applied_coord.append(0.0 if not math.isfinite(applied) else float(plant.coordinate(applied)))
+        out.at_rest[t - 1] = float(applied_coord[-1] == 0.0)
         acting = applied_coord[t - 1 - lag] if t - 1 - lag >= 0 else 0.0
         x = x + plant.drift + plant.gain * acting + plant.process_sigma * rng.standard_normal()
     return out

@@ -38,7 +38,12 @@ Each step it
 
    ``room`` is the distance from the drift-cancelling value ``-b / g`` to the bound the feedback pushes towards: a
    one-sigma error of the prediction moves the actuator at most to that bound, so noise alone does not drive it from
-   bound to bound. The
+   bound to bound. Towards the actuator at rest (``a = 0``: the coefficient 0, the smallest ratio, the lower bound of
+   the one-sided defaults) the share is ``KAPPA`` whatever the room: above the target the actuator falls to rest as
+   fast as the closing share allows and lets the plant's own drift bring the entropy down (a room-limited share
+   there, ``|g| (-b / g) / sd`` ~0.1 on the real model, kept the coefficient at ~0.01 while the entropy sat above the
+   target, and made the response to noise lopsided: a low reading raised the coefficient five times as much as a
+   high one lowered it). The
    change per step is also limited to what moves the entropy's course by :data:`STEP_SIGMAS` standard deviations of
    the one-step prediction - on the first step too, from the actuator's init - then the value is clamped to the
    range.
@@ -322,8 +327,10 @@ class SelfTuningController:
         unsure = var_x + self.lag * Q + self.lag**2 * var_b  # the variance of x_{t+L|t}
         _, lo, hi = coordinate(actuator)
         rest = min(max(-b / g, lo), hi)
-        room = hi - rest if error * g > 0 else rest - lo  # toward the bound the feedback pushes to
-        kappa = min(KAPPA, abs(g) * room / math.sqrt(max(unsure, 1e-12)))
+        bound = hi if error * g > 0 else lo  # the bound the feedback pushes to
+        kappa = KAPPA
+        if bound != 0.0:  # toward a bound that acts (not the actuator at rest): room-limited
+            kappa = min(KAPPA, abs(g) * abs(bound - rest) / math.sqrt(max(unsure, 1e-12)))
         wanted = (kappa * g * g / (g * g + var_g) * error - b) / g
         previous = st.last if st.last is not None else min(max(to_coordinate(actuator, actuator.init), lo), hi)
         limit = STEP_SIGMAS * math.sqrt(S) / abs(g)
