@@ -32,3 +32,30 @@ def test_auto_control_runs_compares_each_step_with_the_target_the_run_logged(tmp
     assert got["block_gap"] == pytest.approx(0.1, rel=1e-9)
     plain = acr.figures(acr.AutoRun("vanilla", "0", "plain.jsonl"), root=tmp_path)
     assert abs(plain["bias"] - 0.1) > 0.05  # the same entropies against the constant TARGET
+
+
+def test_steps_at_rest_count_apart_from_the_bound_that_acts_and_the_value_while_above_is_the_coefficients(tmp_path):
+    """Steps 21-30: the coefficient on 0 (at rest) with the filtered entropy 50 % above the target; steps 31-40: on
+    its maximum 0.1 with the entropy 50 % below. On a bound 100 %, of which 50 % at rest and 50 % a bound that acts;
+    the value while above is the coefficient's there (0 here, 0.004 when it stays positive)."""
+    from benchmarks import auto_control_runs as acr
+
+    def write(name: str, coef_above: float) -> None:
+        with (tmp_path / name).open("w") as handle:
+            for step in range(1, acr.STEPS + 1):
+                above = step <= 30
+                data = {"actor/entropy": 0.3 * (1.5 if above else 0.5), "entropy_control/target": 0.3,
+                        "entropy_control/entropy_coef": coef_above if above else 0.1,
+                        "entropy_control/saturated": float(coef_above == 0.0 or not above),
+                        "entropy_control/filtered_entropy": 0.3 * (1.5 if above else 0.5),
+                        "entropy_control/noise": 0.1, "entropy_control/gain": 1.0, "entropy_control/drift": 0.0}
+                handle.write(json.dumps({"step": step, "data": data}) + "\n")
+
+    write("rest.jsonl", 0.0)
+    write("positive.jsonl", 0.004)
+    rest = acr.figures(acr.AutoRun("entropy_coef", "0", "rest.jsonl"), root=tmp_path)
+    assert (rest["on_bound"], rest["at_rest"], rest["on_acting_bound"]) == (1.0, 0.5, 0.5)
+    assert (rest["value_above"], rest["steps_above"]) == (0.0, 10)
+    positive = acr.figures(acr.AutoRun("entropy_coef", "0", "positive.jsonl"), root=tmp_path)
+    assert (positive["at_rest"], positive["on_acting_bound"]) == (0.0, 0.5)
+    assert positive["value_above"] == pytest.approx(0.004)
