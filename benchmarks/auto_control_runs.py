@@ -5,8 +5,9 @@ verl_ext.entropy_control.enable=true verl_ext.entropy_control.target=0.3`` GSM8K
 SmolLM2-135M-Instruct (seeds 1 and 2 add :data:`benchmarks.real_model_runs.SEED1` / ``SEED2``): the controller's
 defaults, nothing else set. Two seeds hold ``target=0.5`` (:data:`SECOND_TARGET`) instead, and three more seeds
 (3, 4, 5: :data:`SEEDS_3_5`) ``target=0.4`` (:data:`THIRD_TARGET`) on the controller whose closing share towards the
-coefficient's 0 is not room-limited (:data:`AT_REST`), on a 2-core AMD EPYC without bf16 instructions. Two more take one more key
-each: ``actuator=clip_high`` (the PPO upper clip bound, from
+coefficient's 0 is not room-limited (:data:`AT_REST`), on a 2-core AMD EPYC without bf16 instructions; on that build
+and host seed 0 at 0.3 and at 0.5 was re-measured beside the earlier build's. Two more take one more
+key each: ``actuator=clip_high`` (the PPO upper clip bound, from
 GRPO's 0.2 up to 1.0) and a relative target on a schedule (``target_unit=initial target=1.0 schedule=linear
 target_end=0.5``: from the entropy of step 1 down to half of it over the 40 steps, on the coefficient). The ``entropy_coef`` rows are the current defaults in fp32 (CPU mode's default) on a 2-core
 Intel Xeon; the ``cov_ratio`` rows (``actuator=cov_ratio`` on ``gsm8k_grpo_clip_cov.sh``) were measured in bf16 on a
@@ -116,6 +117,9 @@ RUNS = (
     AutoRun("entropy_coef", "0", "results_real_model_auto_coef_t05_40.jsonl", target=f"{SECOND_TARGET}", build=CURRENT),
     AutoRun("entropy_coef", "1", "results_real_model_auto_coef_t05_40_seed1.jsonl", target=f"{SECOND_TARGET}",
             build=CURRENT),
+    AutoRun("entropy_coef", "0", "results_real_model_auto_coef_40_at_rest.jsonl", build=AT_REST),
+    AutoRun("entropy_coef", "0", "results_real_model_auto_coef_t05_40_at_rest.jsonl", target=f"{SECOND_TARGET}",
+            build=AT_REST),
     *(AutoRun("entropy_coef", str(s), f"results_real_model_auto_coef_t04_40_seed{s}.jsonl", target=f"{THIRD_TARGET}",
               build=AT_REST) for s in SEEDS_3_5),
     AutoRun("clip_high", "0", "results_real_model_auto_clip_high_40.jsonl"),

@@ -184,14 +184,15 @@ def test_the_readmes_controller_figures_are_the_results_pages():
     tests/benchmarks/test_results_page.py checks those against the scripts)."""
     readme = (ROOT / "README.md").read_text()
     results = (DOCS / "results.md").read_text()
-    row = next(line for line in readme.splitlines() if line.startswith("| `auto` at 0.3 nats, 3-seed median"))
-    labels = (("entropy_coef", "coefficient (fp32)"), ("cov_ratio", "Clip-Cov's ratio (bf16, earlier)"))
-    for actuator, label in labels:
-        build = "8297de3" if actuator == "entropy_coef" else "before 0d7534d"  # the current defaults' runs
-        median = re.search(rf"^\| {actuator} \| {build} \| \w+ \| 0\.3 \| 3 \| ([\d.]+) \| ([\d.]+) \| (\d+)% \|",
-                           results, flags=re.M)  # fmt: skip
+    row = next(line for line in readme.splitlines() if line.startswith("| `auto`, 3-seed median"))
+    labels = (("entropy_coef", "fec87b6", "0.4", "coefficient at 0.4 nats (fp32)"),  # the current defaults' runs
+              ("cov_ratio", "before 0d7534d", "0.3", "Clip-Cov's ratio at 0.3 (bf16, earlier)"))
+    for actuator, build, target, label in labels:
+        median = re.search(rf"^\| {actuator} \| {build} \| \w+ \| {target} \| 3 \| ([\d.]+) \| ([\d.]+) \| "
+                           r"(\d+)%( \(\d+% at rest\))? \|", results, flags=re.M)  # fmt: skip
         assert median, actuator
-        assert f"{label} {median[1]} / {median[2]} / {median[3]} %" in row, (median.groups(), row)
+        rest = median[4].replace("%", " %") if median[4] else ""
+        assert f"{label} {median[1]} / {median[2]} / {median[3]} %{rest}" in row, (median.groups(), row)
     row = next(line for line in readme.splitlines() if line.startswith("| `auto` on the toy"))
     section = results[results.index("### The default controller on the toy"):]
     toy = re.search(r"^\| auto_cov \| [^|]+ \| [^|]+ \| ([\d.]+)% \(", section, flags=re.M)
