@@ -206,15 +206,26 @@ def test_dapo_dynamic_sampling_keeps_and_evicts_groups(runs):
     assert evicted > 0, f"no group was evicted in {STEPS} steps"
 
 
+RECOMPUTED_RATIO_TOL = 1e-3
+"""How far from 1 the mean ERC ratio of an on-policy step may be when the old-log-prob pass and the update pad the
+rows differently (fp32 recomputation; the test below says where it comes from)."""
+
+
 @launch_group("gsm8k_grpo_erc")
 @ALONE
 def test_erc_keeps_every_on_policy_token_and_masks_after_an_update(runs):
     """Step 1 (lr 0): the old-log-prob pass and the update packed the rows into different dynamic micro-batches on two
     ranks, yet every token met its own old entropy (fp32): ratio 1, nothing masked. After an update the papers' band
-    (0.95, 1.05) is crossed and ERC masks tokens (step 2's second mini-batch)."""
+    (0.95, 1.05) is crossed and ERC masks tokens (step 2's second mini-batch).
+
+    The mean ratio is 1 to :data:`RECOMPUTED_RATIO_TOL`, not exactly: the two passes pad the rows differently, and
+    SmolLM2's fp32 entropy recomputed under another padding moves by up to 2.1e-5 nats (8 sampled rows, left-padded
+    by 7 against unpadded), so a token just above the ratio's 1e-3 floor moves its ratio by up to ~2 %, and one such
+    token in a ~200-token mini-batch moves the mean by ~1e-4 (a CI host logged 1.0000119). A token paired with
+    another row's old entropy moves its own ratio by orders of magnitude, and leaves the band (``kept_frac``)."""
     run = runs("gsm8k_grpo_erc")
     assert run.metric(1, "actor/erc/kept_frac") == pytest.approx(1.0, abs=1e-6)
-    assert run.metric(1, "actor/erc/entropy_ratio_mean") == pytest.approx(1.0, abs=1e-5)
+    assert run.metric(1, "actor/erc/entropy_ratio_mean") == pytest.approx(1.0, abs=RECOMPUTED_RATIO_TOL)
     assert run.metric(2, "actor/erc/kept_frac") < 1.0
 
 
