@@ -7,6 +7,7 @@ the check stops: the source moved and the mutation must follow it), runs the sam
 restores the file. A mutation that no test catches is printed as ``NOT CAUGHT`` and the command exits 1. The tests
 import the worktree's ``verl_ext`` (``PYTHONPATH``), never the checkout's. Writes
 ``benchmarks/results/results_mutation_check.json`` (the host's CPU model, the commit, each mutation's catching tests).
+``--summary`` prints that file's table (runs nothing): docs/testing.md quotes it.
 """
 
 from __future__ import annotations
@@ -104,12 +105,32 @@ def run_tests(tree: Path, timeout_s: float) -> tuple[set[str], str, float]:
     return failed, last, time.monotonic() - start
 
 
+SHOWN = 3
+"""Catching tests named per row of the summary (the results file names them all)."""
+
+
+def summary(path: Path) -> str:
+    """The results file as a Markdown table: each planted defect and the tests that caught it."""
+    data = json.loads(path.read_text())
+    lines = [f"Planted in `{data['commit']}`, run against `{' '.join(data['tests'])}` on {data['machine']} "
+             f"({data['date']}):", "", "| planted defect | file | tests that fail |", "| --- | --- | --- |"]  # fmt: skip
+    for row in data["mutations"]:
+        names = [node.split("::", 1)[1] for node in row["caught_by"]]
+        shown = ", ".join(f"`{name}`" for name in names[:SHOWN]) + (f" and {len(names) - SHOWN} more" if len(names) > SHOWN else "")
+        lines.append(f"| {row['mutation']}: {row['defect']} | `{row['file']}` | {len(names)}: {shown or 'none'} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.mutation_check", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=RESULTS, help=f"results file (default {RESULTS.relative_to(ROOT)})")
     parser.add_argument("--only", nargs="*", default=None, help="run only the mutations whose name contains these")
     parser.add_argument("--timeout-s", type=float, default=900.0, help="bound on each test run (default 900)")
+    parser.add_argument("--summary", action="store_true", help="print the results file's table and run nothing")
     args = parser.parse_args(argv)
+    if args.summary:
+        print(summary(args.out))
+        return 0
     mutations = [m for m in MUTATIONS if not args.only or any(word in m.name for word in args.only)]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                             check=True).stdout.strip()  # fmt: skip

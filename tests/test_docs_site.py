@@ -65,13 +65,12 @@ DIARY = ("as they came out", "the next day", "since then", "so far", "not run ye
 """Run-diary phrases: a page says what is true now; git keeps the history."""
 
 
-def test_every_page_is_short_and_the_site_reads_in_an_evening():
-    """No page over 300 lines; the whole site (``wc -w docs/*.md``) at most 28,000 words."""
+def test_every_page_is_short():
+    """No page over 300 lines: a reader finds a section by scrolling, and a longer page is split (a page's length is
+    what its reader meets; the site's total word count is not, and is not capped)."""
     pages = sorted((ROOT / "docs").glob("*.md"))
     long = {p.name: n for p in pages if (n := len(p.read_text().splitlines())) > 300}
     assert not long, f"pages over 300 lines: {long}"
-    words = sum(len(p.read_text().split()) for p in pages)
-    assert words <= 28_000, f"docs/*.md hold {words} words (at most 28,000)"
 
 
 def test_no_page_reads_as_a_diary():

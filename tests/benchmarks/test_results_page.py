@@ -1,4 +1,4 @@
-"""docs/results.md and docs/results_performance.md (the results pages) quote the benchmark scripts' own tables: every block between ``<!-- table: COMMAND -->`` and
+"""docs/results.md, docs/results_performance.md and docs/testing.md (the pages with results) quote the benchmark scripts' own tables: every block between ``<!-- table: COMMAND -->`` and
 ``<!-- /table -->`` is what ``COMMAND`` (``python -m benchmarks.<module> ARGS``) prints, run here in-process through
 the module's ``main(ARGS)`` (the summarisers read a kept results file and run nothing), and every raw results file
 the page links to exists."""
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = [ROOT / "docs" / "results.md", ROOT / "docs" / "results_performance.md"]
+PAGES = [ROOT / "docs" / "results.md", ROOT / "docs" / "results_performance.md", ROOT / "docs" / "testing.md"]
 PAGE_TEXT = "\n".join(page.read_text() for page in PAGES)
 DOCS = ROOT / "docs"
 TABLE = re.compile(r"<!-- table: (?P<command>.+?) -->\n(?P<body>.*?)\n<!-- /table -->", flags=re.S)
