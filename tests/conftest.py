@@ -27,7 +27,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _machine_lock import machine_share  # noqa: E402  (tests/ is on sys.path only from the line above)
+from _machine_lock import machine_share, wait_for_the_alone_start  # noqa: E402  (tests/ is on sys.path only from the line above)
 
 FAST_TIER = Path(__file__).resolve().parent / "_fast_tier"
 """The fast tier's guard (``sitecustomize.py``), put first on ``PYTHONPATH`` of every non-e2e test."""
@@ -105,10 +105,10 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
 
 E2E_GROUP_SECONDS: dict[str, float] = {
-    "dapo_clip_cov": 420, "test_cluster_sim.py": 300, "gsm8k_grpo_erc": 290, "engine_killed": 220, "legacy": 290,
-    "demo": 130, "dapo_cannot_fill": 180, "test_main_ppo.py": 40, "test_cluster_scripts.py": 20, "test_cpu_mode.py": 20,
+    "dapo_clip_cov": 450, "test_cluster_sim.py": 330, "gsm8k_grpo_erc": 470, "engine_killed": 295, "legacy": 425,
+    "demo": 180, "dapo_cannot_fill": 320, "test_main_ppo.py": 20, "test_cluster_scripts.py": 25, "test_cpu_mode.py": 26,
 }  # fmt: skip
-"""Seconds each e2e group took (``--durations``, two launches at a time, 2-core AMD EPYC): the groups are handed to
+"""Seconds each e2e group took (``--durations``, two launches at a time, 2-core AMD EPYC without bf16): the groups are handed to
 the workers longest first, so that no long group starts last and leaves one worker running alone. A group missing
 here counts as a 200 s one; the order only moves the tier's end, never what runs."""
 
@@ -118,7 +118,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """An e2e test without an ``xdist_group`` mark joins its file's group: a file runs in one worker unless its tests
     name the launch they share (``pytest.mark.xdist_group(<launch>)``), and then each launch's tests run in one
     worker, which launches it once (its module's fixtures cache the runs per worker). The e2e tests are ordered by
-    :data:`E2E_GROUP_SECONDS`, longest group first (a stable sort: a group's tests keep their order)."""
+    :data:`E2E_GROUP_SECONDS`, longest group first (a stable sort: a group's tests keep their order), after a group
+    with a ``machine_alone`` test: that one runs first, while the other worker's first test waits for it
+    (:func:`pytest_runtest_protocol`), so the machine idles once, not while the alone test waits for a running one."""
     e2e = [item for item in items if item.get_closest_marker("e2e") is not None]
     if not e2e:
         return
@@ -133,7 +135,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     first = {}
     for index, item in enumerate(e2e):
         first.setdefault(group(item), index)
-    e2e.sort(key=lambda item: (-E2E_GROUP_SECONDS.get(group(item), 200.0), first[group(item)]))
+    alone = {group(item) for item in e2e if item.get_closest_marker("machine_alone") is not None}
+    e2e.sort(key=lambda item: (group(item) not in alone, -E2E_GROUP_SECONDS.get(group(item), 200.0), first[group(item)]))
     others = [item for item in items if item.get_closest_marker("e2e") is None]
     items[:] = [*e2e, *others]
     if hasattr(config, "workerinput") and selects_e2e(config):  # for the controller's scheduler (below)
@@ -204,12 +207,19 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """Under pytest-xdist, an e2e test runs (set-up of its module's fixtures and tear-down included) while holding
-    the machine lock: shared, or exclusive for a ``machine_alone`` test."""
+    the machine lock: shared, or exclusive for a ``machine_alone`` test. A worker's first test, when the run's first
+    e2e test is a ``machine_alone`` one on the other worker, first waits (bounded) for that one to take the lock."""
     run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
     if run_id is None or item.get_closest_marker("e2e") is None:
         yield
         return
-    with machine_share(run_id, alone=item.get_closest_marker("machine_alone") is not None):
+    alone = item.get_closest_marker("machine_alone") is not None
+    e2e = [i for i in item.session.items if i.get_closest_marker("e2e") is not None]
+    if not alone and not item.config.stash.get(_E2E_STARTED, False) and e2e and e2e[0] is not item \
+            and e2e[0].get_closest_marker("machine_alone") is not None:  # fmt: skip
+        wait_for_the_alone_start(run_id)
+    item.config.stash[_E2E_STARTED] = True
+    with machine_share(run_id, alone=alone):
         yield
 
 
@@ -221,6 +231,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 _GUARDED_SESSION = pytest.StashKey[bool]()
+_E2E_STARTED = pytest.StashKey[bool]()
+"""Set once this worker has started an e2e test."""
 
 
 @pytest.fixture(autouse=True)
