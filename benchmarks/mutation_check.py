@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from verl_ext.cpu.machine import cpu_model
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "results_mutation_check.json"
 
@@ -88,9 +90,7 @@ MUTATIONS = (
 
 def machine() -> str:
     """The host's CPU model and core count."""
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), "unknown CPU")  # fmt: skip
-    return f"{model}, {os.cpu_count()} cores"
+    return f"{cpu_model()}, {os.cpu_count()} cores"
 
 
 def run_tests(tree: Path, timeout_s: float) -> tuple[set[str], str, float]:
@@ -105,19 +105,16 @@ def run_tests(tree: Path, timeout_s: float) -> tuple[set[str], str, float]:
     return failed, last, time.monotonic() - start
 
 
-SHOWN = 3
-"""Catching tests named per row of the summary (the results file names them all)."""
-
-
 def summary(path: Path) -> str:
-    """The results file as a Markdown table: each planted defect and the tests that caught it."""
+    """The results file as a Markdown table: each planted defect, how many tests caught it and the first of them (the
+    file names them all, and what each defect does)."""
     data = json.loads(path.read_text())
-    lines = [f"Planted in `{data['commit']}`, run against `{' '.join(data['tests'])}` on {data['machine']} "
-             f"({data['date']}):", "", "| planted defect | file | tests that fail |", "| --- | --- | --- |"]  # fmt: skip
+    lines = [f"Planted in `{data['commit']}` on {data['machine']} ({data['date']}):", "",
+             "| planted defect (its file) | tests that fail (the first) |", "| --- | --- |"]  # fmt: skip
     for row in data["mutations"]:
         names = [node.split("::", 1)[1] for node in row["caught_by"]]
-        shown = ", ".join(f"`{name}`" for name in names[:SHOWN]) + (f" and {len(names) - SHOWN} more" if len(names) > SHOWN else "")
-        lines.append(f"| {row['mutation']}: {row['defect']} | `{row['file']}` | {len(names)}: {shown or 'none'} |")
+        first = f"`{names[0]}`" if names else "none"
+        lines.append(f"| {row['mutation']} (`{Path(row['file']).name}`) | {len(names)}: {first} |")
     return "\n".join(lines)
 
 
