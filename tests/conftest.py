@@ -214,10 +214,10 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         yield
         return
     alone = item.get_closest_marker("machine_alone") is not None
-    e2e = [i for i in item.session.items if i.get_closest_marker("e2e") is not None]
-    if not alone and not item.config.stash.get(_E2E_STARTED, False) and e2e and e2e[0] is not item \
-            and e2e[0].get_closest_marker("machine_alone") is not None:  # fmt: skip
-        wait_for_the_alone_start(run_id)
+    if not alone and not item.config.stash.get(_E2E_STARTED, False):
+        first = next(i for i in item.session.items if i.get_closest_marker("e2e") is not None)  # the run's order
+        if first is not item and first.get_closest_marker("machine_alone") is not None:
+            wait_for_the_alone_start(run_id)
     item.config.stash[_E2E_STARTED] = True
     with machine_share(run_id, alone=alone):
         yield

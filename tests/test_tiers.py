@@ -112,6 +112,7 @@ def test_machine_lock_shares_launches_and_gives_a_machine_alone_test_the_machine
 
 def test_the_first_shared_test_waits_for_the_alone_one_to_hold_the_lock_and_no_longer_than_its_bound(tmp_path, monkeypatch):
     """No alone test took the lock: the wait ends at its bound, False. Once one holds it: True at once."""
+    import fcntl
     import tempfile
     import threading
     import time
@@ -126,8 +127,6 @@ def test_the_first_shared_test_waits_for_the_alone_one_to_hold_the_lock_and_no_l
     release = threading.Event()
     thread = _enter_in_thread(_machine_lock.machine_share, "run2", True, events, "x", release)
     assert _machine_lock.wait_for_the_alone_start("run2", timeout_s=5.0)
-    import fcntl
-
     with open(tmp_path / "verl_ext_e2e_run2.lock", "a") as lock:  # held exclusively when the wait ended
         with pytest.raises(BlockingIOError):
             fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
