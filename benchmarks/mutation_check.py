@@ -4,8 +4,8 @@
 (committed code only), runs :data:`TESTS` there once unchanged (every one must pass: a test that already fails
 proves nothing), then for each of :data:`MUTATIONS` replaces one piece of source text (exactly one occurrence, else
 the check stops: the source moved and the mutation must follow it), runs the same tests, records which failed and
-restores the file. A mutation that no test catches is printed as ``NOT CAUGHT`` and the command exits 1. The tests
-import the worktree's ``verl_ext`` (``PYTHONPATH``), never the checkout's. Writes
+restores the file. A mutation that no test catches is printed as ``NOT CAUGHT``, named again in the last line, and
+the command exits 1. The tests import the worktree's ``verl_ext`` (``PYTHONPATH``), never the checkout's. Writes
 ``benchmarks/results/results_mutation_check.json`` (the host's CPU model, the commit, each mutation's catching tests).
 ``--summary`` prints that file's table (runs nothing): docs/testing.md quotes it.
 """
@@ -167,7 +167,10 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "commit": commit, "machine": machine(),
                                     "tests": list(TESTS), "mutations": rows}, indent=1) + "\n")  # fmt: skip
     print(f"wrote {args.out}")
-    return 1 if not_caught else 0
+    if not_caught:
+        print(f"error: no test caught {len(not_caught)} planted defect(s): {', '.join(not_caught)}", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
