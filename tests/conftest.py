@@ -106,7 +106,7 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
 E2E_GROUP_SECONDS: dict[str, float] = {
     "dapo_clip_cov": 450, "test_cluster_sim.py": 330, "gsm8k_grpo_erc": 470, "engine_killed": 295, "legacy": 425,
-    "demo": 180, "dapo_cannot_fill": 320, "test_main_ppo.py": 20, "test_cluster_scripts.py": 25, "test_cpu_mode.py": 26,
+    "demo": 180, "raising_reward": 196, "test_main_ppo.py": 20, "test_cluster_scripts.py": 25, "test_cpu_mode.py": 26,
 }  # fmt: skip
 """Seconds each e2e group took (``--durations``, two launches at a time, 2-core AMD EPYC without bf16): the groups are handed to
 the workers longest first, so that no long group starts last and leaves one worker running alone. A group missing

@@ -1,7 +1,7 @@
 """End to end in CPU mode: ``recipe/cpu_tiny.sh`` -> ``python -m verl_ext.main_ppo`` -> verl's real trainer (Ray on
 127.0.0.1, FSDP2 actor and reference on gloo, vLLM's CPU engine as rollout server, verl's reward loop, old-log-prob
 pass, update, weight sync), for what the GPU recipes (tests/e2e/test_recipes_cpu.py) do not run: ``python -m
-verl_ext.demo`` (its run is the entropy control with the token lens), DAPO that cannot fill a batch, verl's legacy
+verl_ext.demo`` (its run is the entropy control with the token lens), a reward function that raises, verl's legacy
 trainer resumed from a checkpoint and on two ranks, and the Quick start's run on verl's V1 trainer with its rollout
 engine killed, then resumed by the same command.
 
@@ -216,26 +216,7 @@ def test_trains_two_steps_with_finite_metrics_and_live_weight_sync(runs, name):
     assert any(run.metric(step, "critic/advantages/max") > run.metric(step, "critic/advantages/min") for step in (1, 2))
 
 
-@pytest.mark.xdist_group("dapo_cannot_fill")
-def test_dapo_that_cannot_fill_a_batch_stops_with_an_error(assets):
-    """Every response scores the same (a constant reward): DAPO's filter evicts every group, verl's replay buffer
-    would refill forever; the run stops at step 1 naming the key, after max_num_gen_batches generation batches."""
-    reward = assets / "constant_reward.py"
-    reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n"
-                      "    return 0.5\n")  # fmt: skip
-    proc = subprocess.run(recipe_command("algorithm.filter_groups.enable=True", "algorithm.filter_groups.metric=reward",
-                                         "algorithm.filter_groups.max_num_gen_batches=2",
-                                         f"reward.custom_reward_function.path={reward}"),
-                          env=recipe_env(assets, "dapo_constant", "vanilla", shared_ray=True), capture_output=True, text=True, timeout=600,
-                          cwd=assets)  # fmt: skip
-    output = proc.stdout + proc.stderr
-    assert proc.returncode != 0, output[-4000:]
-    for words in ("DAPO dynamic sampling cannot fill the training batch of step 1", "max_num_gen_batches=2",
-                  "0 group(s) kept"):  # fmt: skip
-        assert words in output, output[-6000:]
-
-
-@pytest.mark.xdist_group("dapo_cannot_fill")
+@pytest.mark.xdist_group("raising_reward")
 def test_a_run_whose_reward_function_raises_ends_naming_its_exception(assets):
     """A custom reward function that raises on every sample (a bug in the user's scorer): verl's agent loop logs each
     failure in its workers and its replay buffer stops the trainer with advice about refilling failed groups; the
