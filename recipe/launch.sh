@@ -35,22 +35,24 @@ recipe_launch() {
     : "${PYTHON:=python3}"
     recipe_switch DRY_RUN
     recipe_switch PRINT_CMD
-    # the environment's overrides, NUL-separated (a bad variable: its error is printed, exit 2); the arguments tell
-    # it whether the launch is CPU mode (scale=cpu)
-    local env_overrides=() listed
+    # one process of launch_env (a bad variable: its error is printed, exit 2): whether the launch is CPU mode
+    # (recipe/cpu_tiny.sh, SCALE=cpu or a scale=cpu argument), then the environment's overrides, NUL-terminated
+    local env_overrides=() listed platform=""
     listed="$(mktemp)"
-    if ! "$PYTHON" -m verl_ext.recipe.launch_env overrides "$name" "$@" >"$listed"; then
+    if ! "$PYTHON" -m verl_ext.recipe.launch_env launch "$name" "$@" >"$listed"; then
         rm -f "$listed"
         exit 2
     fi
     while IFS= read -r -d '' item; do
-        env_overrides+=("$item")
+        if [[ -z "$platform" ]]; then
+            platform="$item"
+        else
+            env_overrides+=("$item")
+        fi
     done <"$listed"
     rm -f "$listed"
-    # CPU mode (recipe/cpu_tiny.sh, SCALE=cpu or a scale=cpu argument: launch_env's rule): every process of the run
-    # (Ray workers, vLLM) inherits VERL_PLATFORM=cpu; the entry point checks it agrees with the composition
-    local platform
-    platform="$("$PYTHON" -m verl_ext.recipe.launch_env platform "$name" "$@")" || exit 2
+    # CPU mode: every process of the run (Ray workers, vLLM) inherits VERL_PLATFORM=cpu; the entry point checks it
+    # agrees with the composition
     if [[ "$platform" == cpu ]]; then
         export VERL_PLATFORM=cpu
     fi

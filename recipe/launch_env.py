@@ -18,13 +18,16 @@ exits 2 naming the variable.
 
 Command line (used by ``recipe/launch.sh``, ``scripts/cluster/submit.sh`` and the docs)::
 
+    python -m verl_ext.recipe.launch_env launch RECIPE [ARGS...]     # what recipe/launch.sh reads, in one process:
+                                                    # cpu or gpu, then the overrides, each NUL-terminated
     python -m verl_ext.recipe.launch_env overrides RECIPE [ARGS...]  # the overrides, NUL-separated (ARGS: the
                                                     # launch's Hydra arguments); exit 2 naming a bad variable
     python -m verl_ext.recipe.launch_env platform RECIPE [ARGS...]   # cpu or gpu: whether the launch is CPU mode
     python -m verl_ext.recipe.launch_env names              # every variable name, one a line
     python -m verl_ext.recipe.launch_env table              # the variables as a markdown table (docs/recipes.md)
 
-This module imports nothing of verl (it runs before every launch).
+This module imports nothing of verl, and not the config groups' package (whose resolvers import OmegaConf): it runs
+before every launch, and reads the groups' folder as files.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ import os
 import re
 import sys
 from dataclasses import dataclass
-from importlib import resources
+from importlib import util
+from pathlib import Path
 from typing import Mapping, Sequence
 
 CPU_RECIPE = "cpu_tiny"
@@ -50,9 +54,18 @@ LOSS_ACTOR_GROUP = "loss_actor@actor_rollout_ref.actor"
 """The group of the actor settings a loss's paper pairs with it, where there are some (``configs/loss_actor/``)."""
 
 
+def _configs() -> Path:
+    """The config groups' folder (``configs/``, installed as the package ``verl_ext.configs``), found without
+    importing that package."""
+    spec = util.find_spec("verl_ext.configs")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("verl_ext.configs (the config groups) is not installed: reinstall verl_ext")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
 def _group_options(group: str) -> tuple[str, ...]:
     """The options of ``configs/<group>/`` (its YAML files' names, ``base`` aside), ``vanilla`` first."""
-    names = sorted(p.name[:-5] for p in resources.files("verl_ext.configs").joinpath(group).iterdir()
+    names = sorted(p.name[:-5] for p in _configs().joinpath(group).iterdir()
                    if p.name.endswith(".yaml") and p.name != "base.yaml")  # fmt: skip
     return tuple(sorted(names, key=lambda name: name != "vanilla"))
 
@@ -171,7 +184,7 @@ def _scope_text(var: Variable) -> str:
 
 
 def _has_group_option(group: str, option: str) -> bool:
-    return resources.files("verl_ext.configs").joinpath(group, f"{option}.yaml").is_file()
+    return (_configs() / group / f"{option}.yaml").is_file()
 
 
 def overrides_for(var: Variable, text: str) -> list[str]:
@@ -253,19 +266,21 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["table"] and len(argv) == 1:
         print(table())
         return 0
-    if argv[:1] in (["overrides"], ["platform"]) and len(argv) >= 2:
+    if argv[:1] in (["launch"], ["overrides"], ["platform"]) and len(argv) >= 2:
         try:
             if argv[0] == "platform":
                 print("cpu" if cpu_mode(argv[1], args=argv[2:]) else "gpu")
                 return 0
             items = overrides(argv[1], args=argv[2:])
+            if argv[0] == "launch":
+                items.insert(0, "cpu" if cpu_mode(argv[1], args=argv[2:]) else "gpu")
         except LaunchEnvError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         sys.stdout.write("".join(f"{item}\0" for item in items))
         return 0
-    print("usage: python -m verl_ext.recipe.launch_env names | table | overrides RECIPE [ARGS...] | platform RECIPE "
-          "[ARGS...]", file=sys.stderr)  # fmt: skip
+    print("usage: python -m verl_ext.recipe.launch_env names | table | launch RECIPE [ARGS...] | overrides RECIPE "
+          "[ARGS...] | platform RECIPE [ARGS...]", file=sys.stderr)  # fmt: skip
     return 2
 
 
