@@ -7,7 +7,7 @@ trains it) with the settings CPU mode gives a run (fp32, eager, 1 GiB KV cache, 
 * ``gen``: vLLM's offline engine (``vllm.LLM``, the engine verl's server wraps) samples ``--prompts`` (16) GSM8K-style
   chat prompts x ``--n`` responses of up to ``--max-tokens`` tokens at temperature 1; the time of ``generate`` after a
   warm-up call;
-* ``update``: one actor update through verl's FSDP2 engine (``verl_ext.testbed.engine.CpuActor``, remove-padding,
+* ``update``: one actor update through verl's FSDP2 engine (``benchmarks.cpu_actor.CpuActor``, remove-padding,
   gradient checkpointing, fp32) on ``--rows`` sequences of 160 + 64 tokens; the median of 3 timed updates after one
   warm-up.
 
@@ -70,7 +70,7 @@ def phase_update(model: str, rows: int) -> dict[str, float]:
     from verl.workers.config import FSDPOptimizerConfig
 
     from verl_ext.config import PolicyLossConfig
-    from verl_ext.testbed.engine import CpuActor, random_batch
+    from benchmarks.cpu_actor import CpuActor, random_batch
     from verl_ext.trainer import actor_loss
     from verl_ext.trainer.actor_config import FSDPActorConfig
     from verl_ext.trainer.actor_worker import EntropyAwareTrainingWorker

@@ -1,4 +1,4 @@
-"""One actor update through verl's FSDP2 engine on CPU (``verl_ext.testbed.engine.CpuActor``): what the current
+"""One actor update through verl's FSDP2 engine on CPU (``benchmarks.cpu_actor.CpuActor``): what the current
 entropy that ERC needs costs, with verl's graph and with verl_ext's no-grad path. Used by
 ``bench_losses.py --engine``; see docs/cpu_engine.md.
 """
@@ -53,7 +53,7 @@ def benchmark_update(
     from verl.workers.engine_workers import TrainingWorker
 
     from verl_ext.config import PolicyLossConfig
-    from verl_ext.testbed.engine import CpuActor, random_batch
+    from benchmarks.cpu_actor import CpuActor, random_batch
     from verl_ext.testbed.tiny_model import build_tiny_model
     from verl_ext.trainer.actor_config import FSDPActorConfig
     from verl_ext.trainer.actor_loss import ppo_loss

@@ -3,7 +3,7 @@
 ERC (``grpo_erc``), micro-scope ``high_entropy`` and ``entropy_adv`` need the update forward's entropy over the whole
 vocabulary; vanilla does not. On a GPU the first thing a user meets is that entropy's memory: a logits-sized
 tensor (tokens x vocabulary, fp32) or several, on top of the logits and their gradient. This benchmark runs one
-update through verl's FSDP2 engine on CPU (``verl_ext.testbed.engine.CpuActor``: verl's ``TrainingWorker`` with
+update through verl's FSDP2 engine on CPU (``benchmarks.cpu_actor.CpuActor``: verl's ``TrainingWorker`` with
 verl_ext's worker and loss, the recipes' remove-padding and gradient checkpointing) on a model built from config
 with a real vocabulary and a few layers, and reports the process's peak resident memory during that update.
 
@@ -94,7 +94,7 @@ def run_case(model_dir: str, vocab: int, loss: str, mode: str, tokens: int) -> d
     from verl.workers.engine_workers import TrainingWorker
 
     from verl_ext.config import PolicyLossConfig
-    from verl_ext.testbed.engine import CpuActor, random_batch
+    from benchmarks.cpu_actor import CpuActor, random_batch
     from verl_ext.trainer import actor_loss
     from verl_ext.trainer.actor_config import FSDPActorConfig
     from verl_ext.trainer.actor_worker import EntropyAwareTrainingWorker

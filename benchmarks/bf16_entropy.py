@@ -8,7 +8,7 @@ On SmolLM2-135M-Instruct (the format-warmed model ``SCALE=cpu MODEL=smollm2`` tr
 2. ``θ_old`` is the model, ``θ_new`` the model after one AdamW step at the recipe's learning rate (1e-5) on a GRPO
    loss with a random reward per response, normalised within its prompt's group;
 3. per-token entropies of the response tokens under ``θ_old`` and ``θ_new``, through verl's FSDP2 engine
-   (:class:`verl_ext.testbed.engine.CpuActor`, verl's old-log-prob pass), three ways:
+   (:class:`benchmarks.cpu_actor.CpuActor`, verl's old-log-prob pass), three ways:
 
    * ``fp32``: fp32 compute (the reference);
    * ``bf16``: bf16 compute as CPU mode runs it (FSDP2 mixed precision, autocast), verl's entropy of the bf16
@@ -94,7 +94,7 @@ def entropies(path: str, batch: Any, precision: str, fp32_entropy: bool, micro: 
     from verl.workers.config import FSDPEngineConfig, FSDPOptimizerConfig
 
     from verl_ext.config import PolicyLossConfig
-    from verl_ext.testbed.engine import CpuActor
+    from benchmarks.cpu_actor import CpuActor
     from verl_ext.trainer.actor_config import FSDPActorConfig
 
     config = FSDPActorConfig(
@@ -111,7 +111,7 @@ def measure(model_dir: Path, data: Path, prompts: int, n: int, seed: int) -> dic
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from verl_ext.testbed.engine import make_batch
+    from benchmarks.cpu_actor import make_batch
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa")

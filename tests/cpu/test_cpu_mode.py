@@ -421,7 +421,7 @@ _FORWARD_ONLY_ENGINE = """
     import torch
     from verl_ext.cpu import platform
     platform.activate()
-    from verl_ext.testbed.engine import init_cpu_process_group
+    from benchmarks.cpu_actor import init_cpu_process_group
     init_cpu_process_group()
     from verl.workers.config import FSDPEngineConfig, HFModelConfig, OptimizerConfig, TrainingWorkerConfig
     from verl.workers.engine_workers import TrainingWorker

@@ -58,7 +58,7 @@ def actor_config(loss_mode: str = "vanilla", loss_kwargs: dict | None = None, **
 
 def rollout(actor, seed: int = 1, batch_size: int = 8):
     """A random batch with the old-policy log-probs and entropy of ``actor`` (the old-log-prob pass)."""
-    from verl_ext.testbed.engine import random_batch
+    from benchmarks.cpu_actor import random_batch
 
     batch = random_batch(batch_size, VOCAB, seed=seed)
     old = actor.compute_log_prob(batch, calculate_entropy=True)
@@ -104,7 +104,7 @@ def loss_spy(monkeypatch) -> list[dict[str, Any]]:
 def make_actor(tiny_model_dir) -> Callable[..., Any]:
     def build(config, **kwargs):
         """verl's engine with verl_ext's actor loss and worker (looked up now: ``loss_spy`` may have replaced it)."""
-        from verl_ext.testbed.engine import CpuActor
+        from benchmarks.cpu_actor import CpuActor
         from verl_ext.trainer import actor_loss
         from verl_ext.trainer.actor_worker import EntropyAwareTrainingWorker
 
@@ -374,7 +374,7 @@ def test_verl_worker_from_hydra_config_runs_erc_by_config_alone(tiny_model_dir):
     from verl.utils import tensordict_utils as tu
 
     from verl_ext.trainer import actor_loss
-    from verl_ext.testbed.engine import cpu_actor_overrides, init_cpu_process_group, random_batch
+    from benchmarks.cpu_actor import cpu_actor_overrides, init_cpu_process_group, random_batch
     from verl_ext.trainer.actor_worker import EntropyAwareTrainingWorker, VerlExtActorRolloutRefWorker
     from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 

@@ -4,7 +4,7 @@ What differs between two recipes that share every trainer-side code path lives i
 gradient-preserving clip against ``grpo_erc``'s, ``entropy_adv``'s shaping with the update's entropy, KL-Cov's penalty
 on the batch's selection, ``high_entropy``'s batch weights, the entropy control's loss-side actuators. Those are proven
 here, once, where a launch of verl's trainer would prove them at ~100x the cost: verl's ``TrainingWorker`` runs
-verl_ext's actor worker and loss on a tiny Qwen2 (:class:`verl_ext.testbed.engine.CpuActor`), two mini-batches of two
+verl_ext's actor worker and loss on a tiny Qwen2 (:class:`benchmarks.cpu_actor.CpuActor`), two mini-batches of two
 micro-batches, and a spy records every call of the policy loss with the inputs the engine gave it (the current
 log-probs with their graph, the old ones, the advantages, the current and old entropies, the batch fields). The oracle,
 written token by token from the paper's equation in float64 (tests/_oracles.py), recomputes each call's value and its
@@ -79,7 +79,7 @@ def actor(tiny_model_dir: str, loss_mode: str, loss_kwargs: dict | None = None, 
     from verl.workers.config import FSDPOptimizerConfig
 
     from verl_ext.config import PolicyLossConfig
-    from verl_ext.testbed.engine import CpuActor
+    from benchmarks.cpu_actor import CpuActor
     from verl_ext.trainer import actor_loss
     from verl_ext.trainer.actor_config import FSDPActorConfig
     from verl_ext.trainer.actor_worker import EntropyAwareTrainingWorker
@@ -97,7 +97,7 @@ def stale_batch(cpu_actor, seed: int = 3) -> TensorDict:
     """A random batch of 8 rows with the actor's own old log-probs and entropy, made stale: old log-probs moved by
     noise (ratios e^{+-0.4}: some outside the clip range), old entropy scaled by 1 +- 0.15 (ratios H / H_old off ERC's
     band for some tokens), advantages shifted so that both signs occur."""
-    from verl_ext.testbed.engine import random_batch
+    from benchmarks.cpu_actor import random_batch
 
     batch = random_batch(8, VOCAB, seed=seed)
     old = cpu_actor.compute_log_prob(batch, calculate_entropy=True)

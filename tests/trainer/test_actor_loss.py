@@ -17,7 +17,7 @@ import math
 import pytest
 import torch
 
-from verl_ext.testbed.engine import make_batch
+from benchmarks.cpu_actor import make_batch
 
 AGG_MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
 

@@ -421,7 +421,7 @@ def _loss_inputs(extra: dict[str, float], seed: int = 0):
     from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
     from verl_ext.config import PolicyLossConfig
-    from verl_ext.testbed.engine import make_batch
+    from benchmarks.cpu_actor import make_batch
     from verl_ext.trainer.actor_config import FSDPActorConfig
 
     gen = torch.Generator().manual_seed(seed)

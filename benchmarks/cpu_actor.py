@@ -56,12 +56,12 @@ def init_cpu_process_group() -> None:
     if torch.distributed.is_initialized():
         if torch.distributed.get_world_size() != 1:
             raise RuntimeError(
-                "verl_ext.testbed.engine: a torch.distributed process group with world size "
+                "benchmarks.cpu_actor: a torch.distributed process group with world size "
                 f"{torch.distributed.get_world_size()} is running; CpuActor needs a single-rank group"
             )
         return
     if os.environ["WORLD_SIZE"] != "1":
-        raise RuntimeError(f"verl_ext.testbed.engine: WORLD_SIZE={os.environ['WORLD_SIZE']}; CpuActor runs one rank")
+        raise RuntimeError(f"benchmarks.cpu_actor: WORLD_SIZE={os.environ['WORLD_SIZE']}; CpuActor runs one rank")
     torch.distributed.init_process_group("gloo", rank=0, world_size=1)
 
 
