@@ -16,6 +16,7 @@ here is loaded into users' processes (driver, TaskRunner, Ray workers, vLLM engi
 | ``precision`` | fp32 (default) or bf16 compute (``verl_ext.cpu_precision``), and fp32 log-probs from bf16 logits (workaround 8) |
 | ``precision_probe`` | bf16's matmul speed against fp32's on this CPU at the model's shapes, measured once and cached (the start-up line) |
 
-The tiny model, the toy task and the in-process engine harness live in :mod:`verl_ext.testbed`.
+The tiny model and the toy task live in :mod:`verl_ext.testbed`; the in-process engine harness is the repository's
+``benchmarks.cpu_actor`` (not installed).
 May import: torch, verl, vLLM and Ray (lazily); nothing else of verl_ext. Nothing here acts where CUDA is available.
 """
